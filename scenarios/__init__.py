@@ -1,0 +1,1 @@
+"""The shipped scenario files; ``agentbox scenarios`` finds them with importlib.resources."""

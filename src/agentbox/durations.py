@@ -1,0 +1,66 @@
+"""Durations (``90s``, ``15m``, ``4h``, ``1d``, ``1h30m``) and points in time."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from agentbox.errors import BadInput
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PART = re.compile(r"(\d+)([smhdw])")
+_WHOLE = re.compile(r"(?:\d+[smhdw])+")
+MAX_SECONDS = 100 * 365 * 86400  # a century: beyond it is a typo, not a plan
+
+
+def parse_duration(text: str | int) -> int:
+    """Seconds in a duration; a bare integer counts as seconds. Must be positive."""
+    if isinstance(text, bool):
+        raise BadInput(f"not a duration: {text!r}")
+    if isinstance(text, int):
+        seconds = text
+    else:
+        spelled = text.strip().lower()
+        if spelled.isdigit():
+            seconds = int(spelled)
+        elif _WHOLE.fullmatch(spelled):
+            seconds = sum(int(n) * _UNITS[u] for n, u in _PART.findall(spelled))
+        else:
+            raise BadInput(f"not a duration: {text!r} (use e.g. 90s, 15m, 4h, 1d)")
+    if seconds <= 0:
+        raise BadInput(f"a duration must be positive, not {text!r}")
+    if seconds > MAX_SECONDS:
+        raise BadInput(f"duration {text!r} is longer than a century")
+    return seconds
+
+
+def parse_time(text: str, now: int) -> int:
+    """A point in time: Unix seconds, ISO 8601 (no zone = local time), ``now``,
+    or ``+DURATION`` from now."""
+    spelled = text.strip()
+    if spelled == "now":
+        return now
+    if spelled.startswith("+"):
+        return now + parse_duration(spelled[1:])
+    if spelled.lstrip("-").isdigit():
+        return int(spelled)
+    try:
+        moment = datetime.fromisoformat(spelled)
+    except ValueError:
+        raise BadInput(f"not a time: {text!r} (use Unix seconds, ISO 8601, "
+                       "'now' or '+DURATION')") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return int(moment.timestamp())
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest exact spelling, e.g. 5400 -> '1h30m'."""
+    if seconds <= 0:
+        return f"{seconds}s"
+    parts = []
+    for unit in ("d", "h", "m", "s"):
+        n, seconds = divmod(seconds, _UNITS[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)

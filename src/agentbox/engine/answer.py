@@ -1,0 +1,125 @@
+"""What a run asks for: messages, approval requests and follow-up timers.
+
+A handler answers with one JSON document; :func:`parse` turns it into an
+:class:`Answer` or refuses it whole, so a malformed answer never half-applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentbox.durations import parse_duration
+from agentbox.errors import BadInput
+from agentbox.jsonutil import canonical_object, loads_strict, type_name
+
+
+@dataclass(frozen=True)
+class Message:
+    body: str
+    urgent: bool = False
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    id: str
+    expires_in: int
+    action: str
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A one-off timer a run asks for, ``after`` seconds from its finish."""
+
+    name: str
+    after: int
+    payload: str = "{}"
+
+    def to_timer(self, now: int) -> TimerSpec:
+        return TimerSpec(name=self.name, due=now + self.after, every=None,
+                         payload=self.payload)
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    name: str
+    due: int
+    every: int | None
+    payload: str = "{}"
+    catch_up: str = "coalesce"
+    event_source: str | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    messages: tuple[Message, ...] = ()
+    approvals: tuple[ApprovalRequest, ...] = ()
+    timers: tuple[FollowUp, ...] = ()
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"{what} must be a non-empty string, not {type_name(value)}")
+    return value
+
+
+def _message(item: Any, n: int) -> Message:
+    if isinstance(item, str):
+        return Message(_text(item, f"messages[{n}]"))
+    if isinstance(item, dict):
+        unknown = set(item) - {"body", "urgent"}
+        if unknown:
+            raise BadInput(f"messages[{n}] has unknown keys: {', '.join(sorted(unknown))}")
+        urgent = item.get("urgent", False)
+        if not isinstance(urgent, bool):
+            raise BadInput(f"messages[{n}].urgent must be true or false")
+        return Message(_text(item.get("body"), f"messages[{n}].body"), urgent)
+    raise BadInput(f"messages[{n}] must be a string or an object, not {type_name(item)}")
+
+
+def _approval(item: Any, n: int) -> ApprovalRequest:
+    if not isinstance(item, dict):
+        raise BadInput(f"approvals[{n}] must be an object, not {type_name(item)}")
+    try:
+        expires_in = parse_duration(item.get("expires_in"))  # type: ignore[arg-type]
+    except (BadInput, AttributeError, TypeError):
+        raise BadInput(f"approvals[{n}].expires_in must be a duration like 4h") from None
+    return ApprovalRequest(_text(item.get("id"), f"approvals[{n}].id"), expires_in,
+                           _text(item.get("action"), f"approvals[{n}].action"))
+
+
+def _timer(item: Any, n: int) -> FollowUp:
+    if not isinstance(item, dict):
+        raise BadInput(f"timers[{n}] must be an object, not {type_name(item)}")
+    try:
+        after = parse_duration(item.get("in"))  # type: ignore[arg-type]
+    except (BadInput, AttributeError, TypeError):
+        raise BadInput(f"timers[{n}].in must be a duration like 15m") from None
+    payload = item.get("payload", {})
+    return FollowUp(_text(item.get("name"), f"timers[{n}].name"), after,
+                    canonical_object(payload, f"timers[{n}].payload"))
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise BadInput(f"{key} must be a list, not {type_name(value)}")
+    return value
+
+
+def parse(text: str | bytes) -> Answer:
+    """A handler's stdout as an Answer; empty output means the run chose silence."""
+    if not text.strip():
+        return Answer()
+    doc = loads_strict(text, "handler output")
+    if not isinstance(doc, dict):
+        raise BadInput(f"handler output must be a JSON object, not {type_name(doc)}")
+    unknown = set(doc) - {"messages", "approvals", "timers"}
+    if unknown:
+        raise BadInput(f"handler output has unknown keys: {', '.join(sorted(unknown))}")
+    return Answer(
+        messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
+        approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),
+        timers=tuple(_timer(t, n) for n, t in enumerate(_list(doc, "timers"))),
+    )

@@ -1,0 +1,34 @@
+"""The knobs of the rules, with their defaults, in one place.
+
+Flags override config, config overrides these defaults; the engine only ever
+sees a finished :class:`Policy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD
+
+DELIVERY_MODES = ("at-least-once", "at-most-once")
+
+
+@dataclass(frozen=True)
+class Policy:
+    lease_ttl: int = 120          # seconds a worker owns the inbox without renewing
+    max_attempts: int = 3         # claims before an event is parked as dead
+    retry_backoff: int = 0        # base seconds of exponential retry backoff; 0 = off
+    backoff_cap: int = 3600       # the longest a retry is ever held back
+    max_batch: int = 100          # events handed to one run
+    outbox_gap: int = 3600        # at most one send per gap (urgent bypasses)
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    handler_timeout: int = 600    # seconds before a handler is stopped
+    send_timeout: int = 60        # seconds before a sender is stopped
+    delivery: str = "at-least-once"
+    catch_up_limit: int = 100     # `each` timers: individual events before the rest coalesce
+
+    def backoff(self, attempts: int) -> int:
+        """Seconds a row waits before its next attempt, after ``attempts`` tries."""
+        if self.retry_backoff <= 0 or attempts <= 0:
+            return 0
+        return int(min(self.retry_backoff * 2 ** min(attempts - 1, 32), self.backoff_cap))

@@ -1,0 +1,145 @@
+"""The schema, as an ordered list of migrations.
+
+Migration N brings a file from ``user_version`` N-1 to N. Never edit a
+migration that has shipped; append a new one.
+"""
+
+from __future__ import annotations
+
+# Counts per state are kept by triggers, so `status` costs the same on a
+# million events as on ten.
+_COUNTED = {
+    "events": ("status", ("pending", "running", "done", "dead")),
+    "outbox": ("state", ("held", "sending", "sent", "uncertain")),
+}
+
+
+def _count_triggers() -> str:
+    parts: list[str] = []
+    for table, (column, states) in _COUNTED.items():
+        parts.extend(
+            f"INSERT INTO state_counts (tbl, state, n) VALUES ('{table}', '{state}', 0);"
+            for state in states
+        )
+        parts.append(f"""
+CREATE TRIGGER {table}_count_insert AFTER INSERT ON {table} BEGIN
+    UPDATE state_counts SET n = n + 1 WHERE tbl = '{table}' AND state = NEW.{column};
+END;
+CREATE TRIGGER {table}_count_update AFTER UPDATE OF {column} ON {table}
+WHEN OLD.{column} <> NEW.{column} BEGIN
+    UPDATE state_counts SET n = n - 1 WHERE tbl = '{table}' AND state = OLD.{column};
+    UPDATE state_counts SET n = n + 1 WHERE tbl = '{table}' AND state = NEW.{column};
+END;
+CREATE TRIGGER {table}_count_delete AFTER DELETE ON {table} BEGIN
+    UPDATE state_counts SET n = n - 1 WHERE tbl = '{table}' AND state = OLD.{column};
+END;""")
+    return "\n".join(parts)
+
+
+_V1 = """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at INTEGER NOT NULL
+);
+
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    payload TEXT NOT NULL,                 -- canonical JSON object
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'running', 'done', 'dead')),
+    attempts INTEGER NOT NULL DEFAULT 0,   -- counted at claim time
+    claim_gen INTEGER,                     -- lease generation of the last claim
+    available_at INTEGER NOT NULL DEFAULT 0,  -- retry backoff
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    UNIQUE (source, source_id)
+);
+CREATE INDEX events_by_status ON events (status, id);
+
+CREATE TABLE lease (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    holder TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    until INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+
+CREATE TABLE history (
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    subject TEXT NOT NULL,       -- event | message | dispatch | timer | approval
+    subject_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    generation INTEGER,
+    detail TEXT
+);
+CREATE INDEX history_by_subject ON history (subject, subject_id, id);
+
+CREATE TABLE timers (
+    name TEXT PRIMARY KEY,
+    due INTEGER NOT NULL,
+    every INTEGER CHECK (every IS NULL OR every > 0),   -- NULL: one-off
+    payload TEXT NOT NULL,
+    catch_up TEXT NOT NULL DEFAULT 'coalesce' CHECK (catch_up IN ('coalesce', 'each')),
+    event_source TEXT,           -- a fixed event key, for one-offs such as approval expiry
+    event_id TEXT,
+    done INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX timers_due ON timers (due) WHERE done = 0;
+
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    action TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY,
+    body TEXT NOT NULL,
+    urgent INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'held'
+        CHECK (state IN ('held', 'sending', 'sent', 'uncertain')),
+    dispatch_key TEXT,
+    generation INTEGER,
+    created_at INTEGER NOT NULL,
+    sent_at INTEGER,
+    error TEXT
+);
+CREATE INDEX outbox_by_state ON outbox (state, id);
+
+CREATE TABLE dispatches (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    mode TEXT NOT NULL CHECK (mode IN ('at-least-once', 'at-most-once')),
+    state TEXT NOT NULL DEFAULT 'sending'
+        CHECK (state IN ('sending', 'sent', 'failed', 'uncertain', 'unsent')),
+    body TEXT NOT NULL,
+    urgent INTEGER NOT NULL DEFAULT 0,
+    claimed_at INTEGER NOT NULL,
+    deadline INTEGER NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 1,
+    finished_at INTEGER,
+    error TEXT
+);
+CREATE INDEX dispatches_open ON dispatches (state, deadline);
+
+CREATE TABLE state_counts (
+    tbl TEXT NOT NULL,
+    state TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (tbl, state)
+) WITHOUT ROWID;
+""" + _count_triggers()
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,191 @@
+"""The storage interface the commands use, and its SQLite implementation.
+
+:class:`Store` is the contract: every command, the scenario runner and the
+contract test suite (``tests/contract``) speak only to it. :class:`SqliteStore`
+implements it with the engine modules over one SQLite file; another backend
+(PostgreSQL, with row locks in place of BEGIN IMMEDIATE and the same
+generation fence) implements the same methods and must pass the same suite.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentbox.engine import approvals, db, history, inbox, lease, outbox, timers
+from agentbox.engine.answer import Answer, TimerSpec
+from agentbox.engine.approvals import Approval
+from agentbox.engine.history import Entry
+from agentbox.engine.inbox import Event, IngestResult
+from agentbox.engine.lease import Lease
+from agentbox.engine.outbox import Dispatch, OutboxMessage, Outcome, Wait
+from agentbox.engine.policy import Policy
+from agentbox.engine.timers import AddOutcome, Timer
+
+
+@dataclass(frozen=True)
+class Status:
+    events: dict[str, int]
+    outbox: dict[str, int]
+    lease: Lease | None
+    next_timer: Timer | None
+
+
+class Store(Protocol):
+    """Everything agentbox keeps, behind the rules of DESIGN.md."""
+
+    location: str
+
+    def close(self) -> None: ...
+    def instance_id(self) -> str: ...
+
+    # inbox
+    def ingest(self, source: str, source_id: str, payload: str, now: int) -> IngestResult: ...
+    def ingest_many(self, items: Iterable[tuple[str, str, str]],
+                    now: int) -> list[IngestResult]: ...
+    def event(self, event_id: int) -> Event | None: ...
+    def find(self, source: str, source_id: str) -> Event | None: ...
+    def story(self, event_id: int) -> list[Entry]: ...
+    def dead(self, limit: int | None = None) -> list[Event]: ...
+    def replay(self, ids: Sequence[int] | None, now: int) -> list[int]: ...
+    def status(self) -> Status: ...
+
+    # lease and runs
+    def lease(self) -> Lease | None: ...
+    def acquire(self, holder: str, now: int, ttl: int) -> int | None: ...
+    def renew(self, holder: str, generation: int, now: int, ttl: int) -> bool: ...
+    def release(self, holder: str, generation: int, now: int) -> bool: ...
+    def claim(self, holder: str, generation: int, now: int,
+              policy: Policy) -> list[Event] | None: ...
+    def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
+               answer: Answer | None = None) -> bool: ...
+    def fail(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,
+             policy: Policy) -> bool: ...
+
+    # timers and approvals
+    def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome: ...
+    def remove_timer(self, name: str, now: int) -> bool: ...
+    def timers(self, include_done: bool = False) -> list[Timer]: ...
+    def tick(self, now: int, policy: Policy | None = None) -> int: ...
+    def request_approval(self, request_id: str, now: int, expires_in: int,
+                         action: str) -> bool: ...
+    def answer_approval(self, request_id: str, reply: str, now: int) -> str: ...
+    def approvals(self, now: int) -> list[Approval]: ...
+
+    # outbox
+    def claim_dispatch(self, now: int, mode: str, gap: int,
+                       timeout: int) -> Dispatch | Wait: ...
+    def settle_dispatch(self, key: str, outcome: Outcome, now: int,
+                        error: str | None = None) -> bool: ...
+    def resolve_dispatch(self, key: str, sent: bool, now: int) -> int: ...
+    def outbox(self, states: Sequence[str] = ("held", "sending", "uncertain"),
+               limit: int = 1000) -> list[OutboxMessage]: ...
+
+
+class SqliteStore:
+    """One user's inbox in one SQLite file."""
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
+        self.location = os.fspath(path)
+        self.conn: sqlite3.Connection = db.connect(path, synchronous=synchronous)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def instance_id(self) -> str:
+        return db.instance_id(self.conn)
+
+    def ingest(self, source: str, source_id: str, payload: str, now: int) -> IngestResult:
+        return inbox.ingest(self.conn, source, source_id, payload, now)
+
+    def ingest_many(self, items: Iterable[tuple[str, str, str]],
+                    now: int) -> list[IngestResult]:
+        return inbox.ingest_many(self.conn, items, now)
+
+    def event(self, event_id: int) -> Event | None:
+        return inbox.get(self.conn, event_id)
+
+    def find(self, source: str, source_id: str) -> Event | None:
+        return inbox.find(self.conn, source, source_id)
+
+    def story(self, event_id: int) -> list[Entry]:
+        return history.story(self.conn, "event", event_id)
+
+    def dead(self, limit: int | None = None) -> list[Event]:
+        return inbox.dead(self.conn, limit)
+
+    def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
+        return inbox.replay(self.conn, ids, now)
+
+    def status(self) -> Status:
+        return Status(inbox.counts(self.conn), outbox.counts(self.conn),
+                      lease.current(self.conn), timers.next_due(self.conn))
+
+    def lease(self) -> Lease | None:
+        return lease.current(self.conn)
+
+    def acquire(self, holder: str, now: int, ttl: int) -> int | None:
+        return lease.acquire(self.conn, holder, now, ttl)
+
+    def renew(self, holder: str, generation: int, now: int, ttl: int) -> bool:
+        return lease.renew(self.conn, holder, generation, now, ttl)
+
+    def release(self, holder: str, generation: int, now: int) -> bool:
+        return lease.release(self.conn, holder, generation, now)
+
+    def claim(self, holder: str, generation: int, now: int,
+              policy: Policy) -> list[Event] | None:
+        return inbox.claim(self.conn, holder, generation, now, policy)
+
+    def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
+               answer: Answer | None = None) -> bool:
+        return inbox.finish(self.conn, holder, generation, now, ids, answer)
+
+    def fail(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,
+             policy: Policy) -> bool:
+        return inbox.fail(self.conn, holder, generation, now, ids, error, policy)
+
+    def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
+        return timers.add(self.conn, spec, now, replace)
+
+    def remove_timer(self, name: str, now: int) -> bool:
+        return timers.remove(self.conn, name, now)
+
+    def timers(self, include_done: bool = False) -> list[Timer]:
+        return timers.listing(self.conn, include_done)
+
+    def tick(self, now: int, policy: Policy | None = None) -> int:
+        return timers.tick(self.conn, now, policy)
+
+    def request_approval(self, request_id: str, now: int, expires_in: int,
+                         action: str) -> bool:
+        return approvals.request(self.conn, request_id, now, expires_in, action)
+
+    def answer_approval(self, request_id: str, reply: str, now: int) -> str:
+        return approvals.answer(self.conn, request_id, reply, now)
+
+    def approvals(self, now: int) -> list[Approval]:
+        return approvals.listing(self.conn, now)
+
+    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int) -> Dispatch | Wait:
+        return outbox.claim(self.conn, now, mode, gap, timeout)
+
+    def settle_dispatch(self, key: str, outcome: Outcome, now: int,
+                        error: str | None = None) -> bool:
+        return outbox.settle(self.conn, key, outcome, now, error)
+
+    def resolve_dispatch(self, key: str, sent: bool, now: int) -> int:
+        return outbox.resolve(self.conn, key, sent, now)
+
+    def outbox(self, states: Sequence[str] = ("held", "sending", "uncertain"),
+               limit: int = 1000) -> list[OutboxMessage]:
+        return outbox.listing(self.conn, states, limit)

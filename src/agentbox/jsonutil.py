@@ -1,0 +1,95 @@
+"""Strict JSON in, canonical JSON out.
+
+Payloads are compared as canonical JSON (sorted keys, no insignificant
+whitespace), so a retried webhook whose sender reorders keys is still a
+duplicate and not a conflict.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentbox.errors import BadInput
+
+DEFAULT_MAX_PAYLOAD = 256 * 1024
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadInput(f"{name} is not valid JSON")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise BadInput(f"duplicate key {key!r} in JSON object")
+        obj[key] = value
+    return obj
+
+
+def loads_strict(text: str | bytes, what: str = "payload") -> Any:
+    """Parse strict JSON: valid UTF-8, no NaN/Infinity, no duplicate keys."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{what} is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_refuse_duplicate_keys,
+        )
+    except BadInput as exc:
+        raise BadInput(f"{what}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                       f"column {exc.colno}") from None
+    except RecursionError:
+        raise BadInput(f"{what} is nested too deeply") from None
+
+
+def canonical(value: Any) -> str:
+    """The one spelling of a JSON value that agentbox stores and compares."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")  # lone surrogates from "\ud800" escapes end here
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise BadInput(f"not representable as strict JSON: {exc}") from None
+    return text
+
+
+def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
+                  what: str = "payload") -> str:
+    """Check a raw event payload and return its canonical form.
+
+    The size bound applies to the raw body, before parsing, so an oversized
+    body costs no parse.
+    """
+    size = len(raw.encode("utf-8") if isinstance(raw, str) else raw)
+    if size > max_bytes:
+        raise BadInput(f"{what} is {size} bytes, over the {max_bytes}-byte limit")
+    value = loads_strict(raw, what)
+    return canonical_object(value, what)
+
+
+def canonical_object(value: Any, what: str = "payload") -> str:
+    if not isinstance(value, dict):
+        raise BadInput(f"{what} must be a JSON object, not {type_name(value)}")
+    return canonical(value)
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
