@@ -1,0 +1,58 @@
+"""The Typer application and its global options.
+
+Command modules register themselves on :data:`app`. They import the engine,
+rich and anything else heavy inside their functions, never at module level:
+``agentbox ingest`` runs once per webhook delivery and its start-up is part
+of its speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from agentbox import __version__
+from agentbox.cli.session import Session
+
+app = typer.Typer(
+    name="agentbox",
+    help="Durable inbox, lease, timers, approvals and paced outbox for an always-on agent.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"agentbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    user: Annotated[Optional[str], typer.Option(  # noqa: UP045 - Typer needs Optional
+        "--user", "-u", help="Whose inbox (default: $AGENTBOX_USER, else the login name).",
+        show_default=False)] = None,
+    db: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--db", help="Use this inbox file instead of the user's.", dir_okay=False,
+        show_default=False)] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Durable inbox, lease, timers, approvals and paced outbox for an always-on agent."""
+    session = Session(user_flag=user, db_flag=db)
+    ctx.obj = session
+    ctx.call_on_close(session.close)
+
+
+def session(ctx: typer.Context) -> Session:
+    found = ctx.find_root().obj
+    assert isinstance(found, Session)
+    return found

@@ -1,0 +1,53 @@
+"""config show | set | path."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from agentbox.cli.app import JsonFlag, app, session
+
+config_app = typer.Typer(help="Show and change settings (config.toml).", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("path")
+def config_path() -> None:
+    """Print where config.toml lives."""
+    from agentbox import paths, render
+
+    render.line(str(paths.config_path()))
+
+
+@config_app.command("show")
+def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """The settings in force for this user, and where each comes from."""
+    from dataclasses import asdict
+
+    from agentbox import render
+    from agentbox.config import KEYS
+
+    settings = session(ctx).settings()
+    values = {**asdict(settings.policy), "handler": settings.handler, "sender": settings.sender}
+    rows = [{"key": key, "value": values.get(key), "origin": settings.origins[key],
+             "help": KEYS[key].help} for key in KEYS]
+    render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings")
+
+
+@config_app.command("set")
+def config_set(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="A setting name (see `config show`).")],
+    value: Annotated[str, typer.Argument(help="Its new value.")],
+    all_users: Annotated[bool, typer.Option(
+        "--all-users", help="Set the default for every user instead of this user only.")] = False,
+) -> None:
+    """Write one setting into config.toml (this user's table unless --all-users)."""
+    from agentbox import config, paths, render
+
+    sess = session(ctx)
+    user = None if all_users else sess.user
+    stored = config.set_value(paths.config_path(), key, value, user)
+    scope = "all users" if user is None else f"user {user}"
+    render.line(f"{key} = {stored!r} for {scope} in {paths.config_path()}")

@@ -1,0 +1,307 @@
+"""ingest, status, dead, replay and config: the inbox side of the CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from agentbox.cli.app import JsonFlag, app, session
+
+if TYPE_CHECKING:
+    from agentbox.cli.session import Session
+    from agentbox.engine.inbox import Event, IngestResult
+
+_OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
+
+
+def _read_source(name: str) -> bytes:
+    """Bytes from a file, or from stdin for '-'."""
+    from agentbox.errors import BadInput
+
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(name).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+
+
+def _check_signature(body: bytes, signature: str | None, secret_env: str | None,
+                     now: int) -> None:
+    from agentbox.errors import UsageError
+
+    if signature is None and secret_env is None:
+        return
+    if signature is None or secret_env is None:
+        raise UsageError("--signature and --secret-env go together")
+    secret = os.environ.get(secret_env)
+    if secret is None:
+        raise UsageError(f"environment variable {secret_env} (the signing secret) is not set")
+    from agentbox.signatures import verify
+
+    verify(body, signature, secret.encode("utf-8"), now)
+
+
+def _result_doc(result: IngestResult) -> dict[str, Any]:
+    return {"outcome": result.outcome, "id": result.id, "source": result.source,
+            "source_id": result.source_id}
+
+
+def _describe(result: IngestResult) -> str:
+    key = f"{result.source}/{result.source_id}"
+    if result.outcome == "stored":
+        return f"stored {key} as event {result.id}"
+    if result.outcome == "duplicate":
+        return f"duplicate: {key} is already event {result.id}"
+    return f"conflict: {key} is event {result.id} with a different payload; the first stands"
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    source: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        help="Where the event comes from (github, stripe, chat, …).", show_default=False)] = None,
+    source_id: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        help="The source's own id for it (a delivery id).", show_default=False)] = None,
+    payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--payload", "-p", help="The event as a JSON object (default {}).",
+        show_default=False)] = None,
+    payload_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--payload-file", "-f", help="Read the JSON object from FILE, or stdin for '-'.",
+        show_default=False)] = None,
+    jsonl: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--jsonl", help="Ingest many: one {\"source\",\"source_id\",\"payload\"} per line, "
+        "from FILE or stdin for '-'.", show_default=False)] = None,
+    signature: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--signature", help="Check this signature of the raw body first: 'sha256=<hex>' "
+        "(GitHub) or 't=…,v1=…' (Stripe).", show_default=False)] = None,
+    secret_env: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--secret-env", help="Environment variable holding the signing secret.",
+        show_default=False)] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Store an event once; a repeat delivery is a duplicate, a changed one a conflict.
+
+    Exit 0 stored or duplicate, 3 conflict (the first payload stands), 65 bad
+    input, 77 signature mismatch.
+    """
+    from agentbox.errors import UsageError
+
+    sess = session(ctx)
+    if jsonl is not None:
+        if source is not None or payload is not None or payload_file is not None:
+            raise UsageError("--jsonl takes no SOURCE, SOURCE_ID, --payload or --payload-file")
+        _ingest_jsonl(sess, jsonl, signature, secret_env, as_json)
+        return
+    if source is None or source_id is None:
+        raise UsageError("ingest needs SOURCE and SOURCE_ID (or --jsonl FILE)")
+    if payload is not None and payload_file is not None:
+        raise UsageError("give --payload or --payload-file, not both")
+    from agentbox.engine.inbox import check_key
+    from agentbox.jsonutil import parse_payload
+
+    body = (payload.encode("utf-8", "surrogateescape") if payload is not None
+            else _read_source(payload_file) if payload_file is not None else b"{}")
+    now = sess.now()
+    _check_signature(body, signature, secret_env, now)
+    check_key(source, source_id)
+    canonical = parse_payload(body, sess.settings().policy.max_payload)
+    result = sess.store().ingest(source, source_id, canonical, now)
+    from agentbox import render
+
+    if as_json:
+        render.document(_result_doc(result))
+    else:
+        render.line(_describe(result))
+    raise typer.Exit(_OUTCOME_EXIT[result.outcome])
+
+
+def _ingest_jsonl(sess: Session, name: str, signature: str | None, secret_env: str | None,
+                  as_json: bool) -> None:
+    from agentbox import render
+    from agentbox.errors import Exit
+    from agentbox.jsonl import ingest_stream
+
+    now = sess.now()
+    max_payload = sess.settings().policy.max_payload
+    if signature is not None or secret_env is not None:
+        body = _read_source(name)
+        _check_signature(body, signature, secret_env, now)
+        lines = iter(body.splitlines(keepends=True))
+    elif name == "-":
+        lines = iter(sys.stdin.buffer)
+    else:
+        try:
+            lines = iter(Path(name).open("rb"))  # noqa: SIM115 - read to the end below
+        except OSError as exc:
+            from agentbox.errors import BadInput
+
+            raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    report = ingest_stream(sess.store(), lines, now, max_payload)
+    if as_json:
+        render.document(report.document())
+    else:
+        out = sys.stdout
+        for entry in report.entries:
+            out.write(entry.describe() + "\n")
+        out.flush()
+        render.notice(report.summary())
+    raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
+
+
+@app.command()
+def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Counts by state, the lease, the next timer and the held messages."""
+    from agentbox import render
+
+    sess = session(ctx)
+    store = sess.store()
+    state = store.status()
+    lease = state.lease
+    timer = state.next_timer
+    doc = {
+        "user": sess.user if sess.db_flag is None else _user_or_none(sess),
+        "db": str(sess.db_path),
+        "events": state.events,
+        "outbox": state.outbox,
+        "lease": None if lease is None else {"holder": lease.holder,
+                                             "generation": lease.generation,
+                                             "until": lease.until},
+        "next_timer": None if timer is None else {"name": timer.name, "due": timer.due},
+    }
+    if as_json:
+        render.document(doc)
+        return
+    now = sess.now()
+    lease_text = "none"
+    if lease is not None:
+        live = "live" if lease.until >= now else "expired"
+        lease_text = (f"{lease.holder}, generation {lease.generation}, {live} until "
+                      f"{render.when(lease.until)}")
+    events = state.events
+    render.pairs([
+        ("user", doc["user"]),
+        ("database", doc["db"]),
+        ("events", ", ".join(f"{n} {s}" for s, n in events.items())),
+        ("outbox", ", ".join(f"{n} {s}" for s, n in state.outbox.items())),
+        ("lease", lease_text),
+        ("next timer", "none" if timer is None else f"{timer.name} at {render.when(timer.due)}"),
+    ], title="agentbox status")
+
+
+def _user_or_none(sess: Session) -> str | None:
+    from agentbox.errors import BadInput
+
+    try:
+        return sess.user
+    except BadInput:
+        return None
+
+
+def event_doc(event: Event) -> dict[str, Any]:
+    import json
+
+    return {"id": event.id, "source": event.source, "source_id": event.source_id,
+            "status": event.status, "attempts": event.attempts, "error": event.error,
+            "payload": json.loads(event.payload), "generation": event.claim_gen,
+            "created_at": event.created_at, "updated_at": event.updated_at}
+
+
+dead_app = typer.Typer(help="Events that ran out of attempts.", no_args_is_help=False,
+                       invoke_without_command=True)
+app.add_typer(dead_app, name="dead")
+
+
+def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
+    from agentbox import render
+
+    rows = [event_doc(e) for e in session(ctx).store().dead(limit)]
+    render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
+                   as_json, title="dead events", empty="no dead events",
+                   human={"updated_at": render.when})
+
+
+@dead_app.callback()
+def dead(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List dead events (same as `dead list`)."""
+    if ctx.invoked_subcommand is None:
+        _list_dead(ctx, as_json, None)
+
+
+@dead_app.command("list")
+def dead_list(
+    ctx: typer.Context,
+    limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--limit", "-n", min=1, help="Show at most N.", show_default=False)] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List dead events, oldest first."""
+    _list_dead(ctx, as_json, limit)
+
+
+@dead_app.command("show")
+def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
+        metavar="ID", help="The event id.")], as_json: JsonFlag = False) -> None:
+    """An event's payload, error and whole history."""
+    import json
+
+    from agentbox import render
+    from agentbox.errors import BadInput
+
+    store = session(ctx).store()
+    event = store.event(event_id)
+    if event is None:
+        raise BadInput(f"no event with id {event_id}")
+    story = [{"at": h.at, "action": h.action, "generation": h.generation, "detail": h.detail}
+             for h in store.story(event_id)]
+    if as_json:
+        render.document({**event_doc(event), "history": story})
+        return
+    render.pairs([("id", event.id), ("key", f"{event.source}/{event.source_id}"),
+                  ("status", event.status), ("attempts", event.attempts),
+                  ("error", event.error),
+                  ("payload", json.dumps(json.loads(event.payload), indent=2,
+                                         ensure_ascii=False))],
+                 title=f"event {event.id}")
+    render.records(story, ["at", "action", "generation", "detail"], False, title="history",
+                   human={"at": render.when})
+
+
+@app.command()
+def replay(
+    ctx: typer.Context,
+    ids: Annotated[Optional[list[int]], typer.Argument(  # noqa: UP045
+        metavar="ID...", help="Dead event ids to replay.", show_default=False)] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="Replay every dead event.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Dead events back to pending with attempts reset (same key, no new row).
+
+    Exit 3 when some named event was not dead and was left alone.
+    """
+    from agentbox import render
+    from agentbox.errors import BadInput, UsageError
+
+    if bool(ids) == replay_all:
+        raise UsageError("name event ids or --all, not both and not neither")
+    sess = session(ctx)
+    store = sess.store()
+    if ids:
+        unknown = [i for i in ids if store.event(i) is None]
+        if unknown:
+            raise BadInput(f"no event with id {', '.join(map(str, unknown))}")
+    replayed = store.replay(None if replay_all else sorted(set(ids or [])), sess.now())
+    left = sorted(set(ids or []) - set(replayed))
+    if as_json:
+        render.document({"replayed": replayed, "not_dead": left})
+    else:
+        render.line(f"replayed {len(replayed)} event(s)"
+                    + (f": {', '.join(map(str, replayed))}" if replayed else ""))
+        for i in left:
+            event = store.event(i)
+            render.line(f"event {i} is {event.status if event else 'gone'}, not dead: left alone")
+    raise typer.Exit(3 if left else 0)

@@ -1,0 +1,22 @@
+"""The one clock of a process: ``AGENTBOX_NOW`` pins it, so tests never sleep."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agentbox.errors import UsageError
+
+
+def now() -> int:
+    pinned = os.environ.get("AGENTBOX_NOW")
+    if pinned:
+        try:
+            return int(pinned)
+        except ValueError:
+            raise UsageError(f"AGENTBOX_NOW must be integer Unix seconds, not {pinned!r}") from None
+    return int(time.time())
+
+
+def pinned() -> bool:
+    return bool(os.environ.get("AGENTBOX_NOW"))

@@ -1,0 +1,171 @@
+"""Settings: flags override config, config overrides defaults.
+
+``config.toml`` holds defaults for every user at its top level and per-user
+tables under ``[users.NAME]``::
+
+    max_attempts = 5
+    [users.alice]
+    handler = ["python3", "/home/alice/agent.py"]
+    outbox_gap = "30m"
+
+Durations may be written as seconds or as ``90s``/``15m``/``4h``/``1d``.
+Commands (``handler``, ``sender``) are argv lists, or strings split like a
+shell would split them (no shell ever runs them).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from agentbox.durations import parse_duration
+from agentbox.engine.policy import DELIVERY_MODES, Policy
+from agentbox.errors import BadInput, UsageError
+
+
+def _seconds(value: Any, allow_zero: bool = False) -> int:
+    if allow_zero and value in (0, "0"):
+        return 0
+    return parse_duration(value)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BadInput(f"expected a whole number, not {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadInput(f"expected a whole number, not {value!r}") from None
+    if number < 1:
+        raise BadInput(f"expected a number of at least 1, not {value!r}")
+    return number
+
+
+def _mode(value: Any) -> str:
+    if value not in DELIVERY_MODES:
+        raise BadInput(f"delivery must be one of {', '.join(DELIVERY_MODES)}, not {value!r}")
+    return str(value)
+
+
+def parse_command(value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise BadInput(f"cannot split command {value!r}: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        argv = list(value)
+    else:
+        raise BadInput("a command is a string or a list of strings")
+    if not argv:
+        raise BadInput("a command cannot be empty")
+    return argv
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[Any], Any]
+    help: str
+
+
+KEYS: dict[str, Key] = {
+    "lease_ttl": Key(_seconds, "seconds a worker owns the inbox without renewing (120)"),
+    "max_attempts": Key(_count, "claims before an event is parked as dead (3)"),
+    "outbox_gap": Key(_seconds, "minimum time between two sends (1h)"),
+    "retry_backoff": Key(lambda v: _seconds(v, allow_zero=True),
+                         "base of the exponential retry backoff; 0 turns it off (0)"),
+    "backoff_cap": Key(_seconds, "the longest a retry is held back (1h)"),
+    "max_batch": Key(_count, "events handed to one run (100)"),
+    "max_payload": Key(_count, "largest accepted payload in bytes (262144)"),
+    "handler_timeout": Key(_seconds, "seconds before a handler is stopped (10m)"),
+    "send_timeout": Key(_seconds, "seconds before a sender is stopped (60s)"),
+    "delivery": Key(_mode, "at-least-once or at-most-once (at-least-once)"),
+    "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer (100)"),
+    "handler": Key(parse_command, "the agent command `agentbox run` starts"),
+    "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
+}
+_POLICY_FIELDS = {f.name for f in fields(Policy)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: Policy
+    handler: list[str] | None
+    sender: list[str] | None
+    origins: dict[str, str]  # key -> "default" | "config" | "config [users.NAME]" | "flag"
+
+
+def load(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read config: {exc}") from None
+
+
+def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    parsed = {}
+    for key, raw in table.items():
+        if key == "users":
+            continue
+        if key not in KEYS:
+            raise UsageError(f"{where}: unknown setting {key!r}")
+        try:
+            parsed[key] = KEYS[key].parse(raw)
+        except BadInput as exc:
+            raise UsageError(f"{where}: {key}: {exc}") from None
+    return parsed
+
+
+def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Settings:
+    """The settings in force for ``user``: defaults < config < per-user config < flags."""
+    doc = load(path)
+    users = doc.get("users", {})
+    if not isinstance(users, dict):
+        raise UsageError(f"{path}: [users] must be a table of per-user tables")
+    mine = users.get(user, {})
+    if not isinstance(mine, dict):
+        raise UsageError(f"{path}: [users.{user}] must be a table")
+    values: dict[str, Any] = {}
+    origins = {key: "default" for key in KEYS}
+    for layer, origin in ((_layer(doc, str(path)), "config"),
+                          (_layer(mine, f"{path} [users.{user}]"), f"config [users.{user}]"),
+                          ({k: v for k, v in (flags or {}).items() if v is not None}, "flag")):
+        values.update(layer)
+        origins.update(dict.fromkeys(layer, origin))
+    policy = replace(Policy(), **{k: v for k, v in values.items() if k in _POLICY_FIELDS})
+    return Settings(policy, values.get("handler"), values.get("sender"), origins)
+
+
+def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
+    """Write one setting (for ``user``, or for everyone when None); returns the stored value."""
+    import tomli_w
+
+    if key not in KEYS:
+        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
+    value: Any = raw
+    if key in ("max_attempts", "max_batch", "max_payload", "catch_up_limit") or raw.isdigit():
+        value = int(raw) if raw.isdigit() else raw
+    KEYS[key].parse(value)  # refuse a bad value before anything is written
+    doc = load(path)
+    table = doc
+    if user is not None:
+        table = doc.setdefault("users", {}).setdefault(user, {})
+    table[key] = value
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        tomli_w.dump(doc, fh)
+    os.replace(tmp, path)
+    return value

@@ -1,0 +1,125 @@
+"""Bulk ingest of JSON lines: parse each line, store the good ones, report every line.
+
+A bad line (invalid UTF-8 or JSON, a missing key, a payload over the bound) is
+reported and skipped; the good lines around it are stored, many per
+transaction, in the order they came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentbox.errors import BadInput
+from agentbox.jsonutil import canonical_object, loads_strict
+
+if TYPE_CHECKING:
+    from agentbox.engine.store import Store
+
+CHUNK = 1000
+ENVELOPE_SLACK = 4096  # bytes a line may carry beyond its payload (keys, quoting)
+
+
+@dataclass(frozen=True)
+class LineReport:
+    line: int
+    outcome: str  # stored | duplicate | conflict | bad
+    source: str | None = None
+    source_id: str | None = None
+    id: int | None = None
+    error: str | None = None
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"line": self.line, "outcome": self.outcome}
+        if self.outcome == "bad":
+            doc["error"] = self.error
+        else:
+            doc.update(source=self.source, source_id=self.source_id, id=self.id)
+        return doc
+
+    def describe(self) -> str:
+        if self.outcome == "bad":
+            return f"line {self.line}: bad: {self.error}"
+        return f"line {self.line}: {self.outcome} {self.source}/{self.source_id} (event {self.id})"
+
+
+@dataclass
+class Report:
+    entries: list[LineReport] = field(default_factory=list)
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for e in self.entries if e.outcome == outcome)
+
+    @property
+    def bad(self) -> int:
+        return self.count("bad")
+
+    @property
+    def conflicts(self) -> int:
+        return self.count("conflict")
+
+    def totals(self) -> dict[str, int]:
+        return {k: self.count(k) for k in ("stored", "duplicate", "conflict", "bad")}
+
+    def document(self) -> dict[str, Any]:
+        return {**self.totals(), "lines": [e.document() for e in self.entries]}
+
+    def summary(self) -> str:
+        totals = self.totals()
+        return f"{len(self.entries)} line(s): " + ", ".join(f"{n} {k}" for k, n in totals.items())
+
+
+def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
+    """One line as (source, source_id, canonical payload), or BadInput."""
+    if len(raw) > max_payload + ENVELOPE_SLACK:
+        raise BadInput(f"line is {len(raw)} bytes, over the {max_payload}-byte payload limit")
+    doc = loads_strict(raw, "line")
+    if not isinstance(doc, dict):
+        raise BadInput("a line must be a JSON object with source, source_id and payload")
+    unknown = set(doc) - {"source", "source_id", "payload"}
+    if unknown:
+        raise BadInput(f"unknown keys: {', '.join(sorted(unknown))}")
+    source, source_id = doc.get("source"), doc.get("source_id")
+    if not isinstance(source, str) or not isinstance(source_id, str):
+        raise BadInput("source and source_id must be strings")
+    payload = canonical_object(doc.get("payload", {}))
+    size = len(payload.encode("utf-8"))
+    if size > max_payload:
+        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
+    from agentbox.engine.inbox import check_key
+
+    check_key(source, source_id)
+    return source, source_id, payload
+
+
+def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            yield number, raw
+
+
+def ingest_stream(store: Store, lines: Iterable[bytes], now: int, max_payload: int,
+                  chunk: int = CHUNK) -> Report:
+    report = Report()
+    pending: list[tuple[int, tuple[str, str, str]]] = []
+
+    def flush() -> None:
+        results = store.ingest_many([item for _, item in pending], now)
+        report.entries.extend(
+            LineReport(number, r.outcome, r.source, r.source_id, r.id)
+            for (number, _), r in zip(pending, results, strict=True))
+        pending.clear()
+
+    for number, raw in _numbered(lines):
+        try:
+            pending.append((number, parse_line(raw, max_payload)))
+        except BadInput as exc:
+            flush()  # keep the report in line order
+            report.entries.append(LineReport(number, "bad", error=str(exc)))
+            continue
+        if len(pending) >= chunk:
+            flush()
+    if pending:
+        flush()
+    return report

@@ -1,0 +1,109 @@
+"""All output: human tables with rich, or stable JSON documents with ``--json``.
+
+Commands build plain data (dicts and lists) and hand it here; nothing else
+prints. rich is imported only when a table is drawn, so the commands that a
+webhook receiver calls once per delivery never pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+PROG = "agentbox"
+
+
+def document(obj: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def line(text: str = "") -> None:
+    """A plain line of data on stdout."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def error(message: str) -> None:
+    """The one line a failed command leaves on stderr."""
+    first = " ".join(message.split())  # never more than one line
+    sys.stderr.write(f"{PROG}: error: {first}\n")
+    sys.stderr.flush()
+
+
+def notice(message: str) -> None:
+    """Information for the person at the terminal, on stderr so pipes stay clean."""
+    sys.stderr.write(f"{PROG}: {message}\n")
+    sys.stderr.flush()
+
+
+def when(ts: int | None) -> str:
+    """A Unix time for people: UTC, to the second."""
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
+          empty: str = "nothing to show", console: Any = None) -> None:
+    """A rich table on stdout; ``empty`` is said instead when there are no rows."""
+    if not rows:
+        line(f"{title}: {empty}" if title else empty)
+        return
+    from rich.table import Table
+
+    grid = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*(_cell(v) for v in row))
+    (console or _console()).print(grid)
+
+
+def records(items: Sequence[Mapping[str, Any]], columns: Sequence[str], as_json: bool,
+            title: str | None = None, empty: str = "nothing to show",
+            human: Mapping[str, Any] | None = None) -> None:
+    """A listing: a JSON list of objects, or a table of the named columns.
+
+    ``human`` maps a column to a function that formats its value for people
+    (times, for instance); JSON always carries the raw values.
+    """
+    if as_json:
+        document(list(items))
+        return
+    shape = human or {}
+    table(columns, [[shape[c](item.get(c)) if c in shape else item.get(c) for c in columns]
+                    for item in items], title=title, empty=empty)
+
+
+def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
+    """A two-column key/value table, for one object."""
+    from rich.table import Table
+
+    grid = Table(title=title, title_justify="left", show_header=False)
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    for key, value in items:
+        grid.add_row(key, _cell(value))
+    _console().print(grid)
