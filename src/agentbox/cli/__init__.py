@@ -5,7 +5,10 @@ from __future__ import annotations
 import sqlite3
 import sys
 
-from agentbox.cli import config_cmd, inbox_cmds  # noqa: F401  (they register commands)
+from agentbox.cli import (  # noqa: F401  (each module registers its commands on app)
+    inbox_cmds,
+    config_cmd,
+)
 from agentbox.cli.app import app
 from agentbox.errors import AgentboxError, Exit
 

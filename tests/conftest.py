@@ -1,0 +1,83 @@
+"""Shared fixtures: an isolated AGENTBOX_HOME, the CLI in-process, the CLI as a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentbox.engine.store import SqliteStore
+
+T0 = 1_000_000  # the article's simulated clock starts here
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh AGENTBOX_HOME, user 'alice', and no other AGENTBOX_* variable."""
+    for name in list(os.environ):
+        if name.startswith("AGENTBOX_"):
+            monkeypatch.delenv(name)
+    root = tmp_path / "home"
+    monkeypatch.setenv("AGENTBOX_HOME", str(root))
+    monkeypatch.setenv("AGENTBOX_USER", "alice")
+    return root
+
+
+@pytest.fixture
+def cli(home: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """Run agentbox in-process: cli("status", "--json", now=T0, stdin="...")."""
+    from agentbox.cli import run
+
+    def invoke(*argv: str, now: int | None = None, stdin: str | bytes | None = None) -> Result:
+        import io
+
+        if now is not None:
+            monkeypatch.setenv("AGENTBOX_NOW", str(now))
+        if stdin is not None:
+            data = stdin.encode() if isinstance(stdin, str) else stdin
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        capsys.readouterr()
+        code = run(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke
+
+
+def proc_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
+    env.update(AGENTBOX_HOME=str(home), AGENTBOX_USER="alice", **extra)
+    return env
+
+
+@pytest.fixture
+def agentbox_proc(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run agentbox as a real process (python -m agentbox) and wait for it."""
+
+    def invoke(*argv: str, env: Mapping[str, str] | None = None, stdin: str | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agentbox", *argv], input=stdin,
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**proc_env(home), **(env or {})})
+
+    return invoke
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """A fresh SQLite store on disk."""
+    with SqliteStore(tmp_path / "inbox.sqlite3") as opened:
+        yield opened
