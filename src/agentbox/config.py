@@ -147,25 +147,42 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
     return Settings(policy, values.get("handler"), values.get("sender"), origins)
 
 
+_TEXT_KEYS = frozenset({"delivery", "handler", "sender"})  # never stored as numbers
+
+
 def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
-    """Write one setting (for ``user``, or for everyone when None); returns the stored value."""
+    """Write one setting (for ``user``, or for everyone when None); returns the stored value.
+
+    The value is checked, and the existing file read, before anything is
+    written; the new file replaces the old one in a single rename.
+    """
     import tomli_w
+
+    from agentbox.paths import private_dir
 
     if key not in KEYS:
         raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
-    value: Any = raw
-    if key in ("max_attempts", "max_batch", "max_payload", "catch_up_limit") or raw.isdigit():
-        value = int(raw) if raw.isdigit() else raw
-    KEYS[key].parse(value)  # refuse a bad value before anything is written
+    value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
+    try:
+        KEYS[key].parse(value)
+    except BadInput as exc:
+        raise UsageError(f"{key}: {exc}") from None
     doc = load(path)
     table = doc
     if user is not None:
-        table = doc.setdefault("users", {}).setdefault(user, {})
+        users = doc.setdefault("users", {})
+        if not isinstance(users, dict) or not isinstance(users.setdefault(user, {}), dict):
+            raise UsageError(f"{path}: [users.{user}] must be a table")
+        table = users[user]
     table[key] = value
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        tomli_w.dump(doc, fh)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            tomli_w.dump(doc, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return value

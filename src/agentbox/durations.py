@@ -8,20 +8,21 @@ from datetime import datetime
 from agentbox.errors import BadInput
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+)([smhdw])")
-_WHOLE = re.compile(r"(?:\d+[smhdw])+")
+_PART = re.compile(r"(\d+)([smhdw])", re.ASCII)
+_WHOLE = re.compile(r"(?:\d+[smhdw])+", re.ASCII)
+_INTEGER = re.compile(r"-?\d+", re.ASCII)
 MAX_SECONDS = 100 * 365 * 86400  # a century: beyond it is a typo, not a plan
 
 
 def parse_duration(text: str | int) -> int:
     """Seconds in a duration; a bare integer counts as seconds. Must be positive."""
-    if isinstance(text, bool):
-        raise BadInput(f"not a duration: {text!r}")
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise BadInput(f"not a duration: {text!r} (use e.g. 90s, 15m, 4h, 1d)")
     if isinstance(text, int):
         seconds = text
     else:
         spelled = text.strip().lower()
-        if spelled.isdigit():
+        if spelled.isascii() and spelled.isdigit():
             seconds = int(spelled)
         elif _WHOLE.fullmatch(spelled):
             seconds = sum(int(n) * _UNITS[u] for n, u in _PART.findall(spelled))
@@ -42,7 +43,7 @@ def parse_time(text: str, now: int) -> int:
         return now
     if spelled.startswith("+"):
         return now + parse_duration(spelled[1:])
-    if spelled.lstrip("-").isdigit():
+    if _INTEGER.fullmatch(spelled):
         return int(spelled)
     try:
         moment = datetime.fromisoformat(spelled)

@@ -48,6 +48,8 @@ def loads_strict(text: str | bytes, what: str = "payload") -> Any:
                        f"column {exc.colno}") from None
     except RecursionError:
         raise BadInput(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise BadInput(f"{what} is not usable JSON: {exc}") from None
 
 
 def canonical(value: Any) -> str:
@@ -56,8 +58,14 @@ def canonical(value: Any) -> str:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")  # lone surrogates from "\ud800" escapes end here
-    except (ValueError, UnicodeEncodeError) as exc:
-        raise BadInput(f"not representable as strict JSON: {exc}") from None
+    except UnicodeEncodeError:
+        raise BadInput("not representable as strict JSON: a string holds a lone "
+                       "surrogate (\\ud800-\\udfff)") from None
+    except ValueError:  # 1e400 parses as infinity; JSON has no spelling for it
+        raise BadInput("not representable as strict JSON: a number is out of range "
+                       "(NaN or infinite)") from None
+    except RecursionError:
+        raise BadInput("nested too deeply") from None
     return text
 
 
@@ -78,7 +86,10 @@ def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
 def canonical_object(value: Any, what: str = "payload") -> str:
     if not isinstance(value, dict):
         raise BadInput(f"{what} must be a JSON object, not {type_name(value)}")
-    return canonical(value)
+    try:
+        return canonical(value)
+    except BadInput as exc:
+        raise BadInput(f"{what}: {exc}") from None
 
 
 def type_name(value: Any) -> str:

@@ -62,7 +62,10 @@ def resolve_user(flag: str | None) -> str:
         login = getpass.getuser()
     except (KeyError, OSError):
         raise BadInput("cannot tell the login name; pass --user NAME") from None
-    return check_user(login)
+    try:
+        return check_user(login)
+    except BadInput as exc:
+        raise BadInput(f"the login name cannot name an inbox ({exc}); pass --user NAME") from None
 
 
 def inbox_path(user: str) -> Path:

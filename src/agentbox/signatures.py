@@ -54,7 +54,7 @@ def _verify_stripe(body: bytes, sig: str, secret: bytes, now: int, tolerance: in
             stamp = value
         elif name == "v1":
             candidates.append(value)
-    if stamp is None or not stamp.isdigit() or not candidates:
+    if stamp is None or not (stamp.isascii() and stamp.isdigit()) or not candidates:
         raise SignatureMismatch("malformed Stripe-style signature")
     expected = _digest(secret, stamp.encode("ascii") + b"." + body)
     # Check every candidate, so the time taken does not reveal which one matched.

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -14,36 +13,56 @@ from agentbox.cli.app import JsonFlag, app, session
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
     from agentbox.engine.inbox import Event, IngestResult
+    from agentbox.engine.store import Store
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
 
 
-def _read_source(name: str) -> bytes:
-    """Bytes from a file, or from stdin for '-'."""
+def _read_source(name: str, limit: int | None = None, what: str = "payload") -> bytes:
+    """Bytes from a file, or from stdin for '-'; never more than ``limit`` + 1 of them.
+
+    Reading stops one byte past the bound, so an oversized body is refused
+    without being held in memory whole.
+    """
     from agentbox.errors import BadInput
 
-    if name == "-":
-        return sys.stdin.buffer.read()
+    size = -1 if limit is None else limit + 1
     try:
-        return Path(name).read_bytes()
+        if name == "-":
+            data = sys.stdin.buffer.read(size)
+        else:
+            with open(name, "rb") as fh:
+                data = fh.read(size)
     except OSError as exc:
         raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    if limit is not None and len(data) > limit:
+        raise BadInput(f"{what} is over the {limit}-byte limit")
+    return data
 
 
-def _check_signature(body: bytes, signature: str | None, secret_env: str | None,
-                     now: int) -> None:
+def _signing_secret(signature: str | None, secret_env: str | None) -> bytes | None:
+    """The secret to check a signature with, or None when no check was asked for.
+
+    Called before any input is read, so a usage mistake costs nothing.
+    """
     from agentbox.errors import UsageError
 
     if signature is None and secret_env is None:
-        return
+        return None
     if signature is None or secret_env is None:
         raise UsageError("--signature and --secret-env go together")
     secret = os.environ.get(secret_env)
     if secret is None:
         raise UsageError(f"environment variable {secret_env} (the signing secret) is not set")
+    return os.fsencode(secret)  # the variable's own bytes, whatever their encoding
+
+
+def _verify(body: bytes, signature: str | None, secret: bytes | None, now: int) -> None:
+    if secret is None or signature is None:
+        return
     from agentbox.signatures import verify
 
-    verify(body, signature, secret.encode("utf-8"), now)
+    verify(body, signature, secret, now)
 
 
 def _result_doc(result: IngestResult) -> dict[str, Any]:
@@ -87,29 +106,37 @@ def ingest(
     """Store an event once; a repeat delivery is a duplicate, a changed one a conflict.
 
     Exit 0 stored or duplicate, 3 conflict (the first payload stands), 65 bad
-    input, 77 signature mismatch.
+    input, 77 signature mismatch. With --jsonl: 65 if any line was bad, else 3
+    if any was a conflict, else 0.
     """
     from agentbox.errors import UsageError
 
-    sess = session(ctx)
     if jsonl is not None:
         if source is not None or payload is not None or payload_file is not None:
             raise UsageError("--jsonl takes no SOURCE, SOURCE_ID, --payload or --payload-file")
-        _ingest_jsonl(sess, jsonl, signature, secret_env, as_json)
-        return
-    if source is None or source_id is None:
+    elif source is None or source_id is None:
         raise UsageError("ingest needs SOURCE and SOURCE_ID (or --jsonl FILE)")
-    if payload is not None and payload_file is not None:
+    elif payload is not None and payload_file is not None:
         raise UsageError("give --payload or --payload-file, not both")
+    secret = _signing_secret(signature, secret_env)
+    sess = session(ctx)
+    # The settings name the user, so a bad user name is refused here, before
+    # any input is read or any file is made.
+    max_payload = sess.settings().policy.max_payload
+    if jsonl is not None:
+        _ingest_jsonl(sess, jsonl, signature, secret, max_payload, as_json)
+        return
+    assert source is not None and source_id is not None
     from agentbox.engine.inbox import check_key
     from agentbox.jsonutil import parse_payload
 
     body = (payload.encode("utf-8", "surrogateescape") if payload is not None
-            else _read_source(payload_file) if payload_file is not None else b"{}")
+            else _read_source(payload_file, max_payload) if payload_file is not None
+            else b"{}")
     now = sess.now()
-    _check_signature(body, signature, secret_env, now)
+    _verify(body, signature, secret, now)
     check_key(source, source_id)
-    canonical = parse_payload(body, sess.settings().policy.max_payload)
+    canonical = parse_payload(body, max_payload)
     result = sess.store().ingest(source, source_id, canonical, now)
     from agentbox import render
 
@@ -120,37 +147,50 @@ def ingest(
     raise typer.Exit(_OUTCOME_EXIT[result.outcome])
 
 
-def _ingest_jsonl(sess: Session, name: str, signature: str | None, secret_env: str | None,
-                  as_json: bool) -> None:
+def _ingest_jsonl(sess: Session, name: str, signature: str | None, secret: bytes | None,
+                  max_payload: int, as_json: bool) -> None:
+    import io
+    from contextlib import ExitStack
+
     from agentbox import render
-    from agentbox.errors import Exit
+    from agentbox.errors import BadInput, Exit
     from agentbox.jsonl import ingest_stream
 
     now = sess.now()
-    max_payload = sess.settings().policy.max_payload
-    if signature is not None or secret_env is not None:
-        body = _read_source(name)
-        _check_signature(body, signature, secret_env, now)
-        lines = iter(body.splitlines(keepends=True))
-    elif name == "-":
-        lines = iter(sys.stdin.buffer)
-    else:
-        try:
-            lines = iter(Path(name).open("rb"))  # noqa: SIM115 - read to the end below
-        except OSError as exc:
-            from agentbox.errors import BadInput
-
-            raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
-    report = ingest_stream(sess.store(), lines, now, max_payload)
+    with ExitStack() as stack:
+        lines: IO[bytes]
+        if secret is not None:
+            # The signature covers the whole body, so it is read (and checked) first.
+            body = _read_source(name)
+            _verify(body, signature, secret, now)
+            lines = io.BytesIO(body)
+        elif name == "-":
+            lines = sys.stdin.buffer
+        else:
+            try:
+                lines = stack.enter_context(open(name, "rb"))
+            except OSError as exc:
+                raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+        report = ingest_stream(sess.store(), lines, now, max_payload)
     if as_json:
         render.document(report.document())
     else:
-        out = sys.stdout
         for entry in report.entries:
-            out.write(entry.describe() + "\n")
-        out.flush()
+            render.line(entry.describe())
         render.notice(report.summary())
     raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
+
+
+def _store(ctx: typer.Context) -> tuple[Session, Store]:
+    """The session and its store, after checking any user name that was given.
+
+    With ``--db`` the file is named directly, but a bad ``--user`` or
+    ``AGENTBOX_USER`` is still refused rather than silently ignored.
+    """
+    sess = session(ctx)
+    if sess.user_flag is not None or os.environ.get("AGENTBOX_USER"):
+        _ = sess.user  # raises BadInput for a bad name, before the store is opened
+    return sess, sess.store()
 
 
 @app.command()
@@ -158,8 +198,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Counts by state, the lease, the next timer and the held messages."""
     from agentbox import render
 
-    sess = session(ctx)
-    store = sess.store()
+    sess, store = _store(ctx)
     state = store.status()
     lease = state.lease
     timer = state.next_timer
@@ -219,7 +258,7 @@ app.add_typer(dead_app, name="dead")
 def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
     from agentbox import render
 
-    rows = [event_doc(e) for e in session(ctx).store().dead(limit)]
+    rows = [event_doc(e) for e in _store(ctx)[1].dead(limit)]
     render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
                    as_json, title="dead events", empty="no dead events",
                    human={"updated_at": render.when})
@@ -252,7 +291,7 @@ def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
     from agentbox import render
     from agentbox.errors import BadInput
 
-    store = session(ctx).store()
+    store = _store(ctx)[1]
     event = store.event(event_id)
     if event is None:
         raise BadInput(f"no event with id {event_id}")
@@ -288,8 +327,7 @@ def replay(
 
     if bool(ids) == replay_all:
         raise UsageError("name event ids or --all, not both and not neither")
-    sess = session(ctx)
-    store = sess.store()
+    sess, store = _store(ctx)
     if ids:
         unknown = [i for i in ids if store.event(i) is None]
         if unknown:
