@@ -8,6 +8,7 @@ import sys
 from agentbox.cli import (  # noqa: F401  (each module registers its commands on app)
     inbox_cmds,
     config_cmd,
+    dispatch_cmds,
 )
 from agentbox.cli.app import app
 from agentbox.errors import AgentboxError, Exit

@@ -116,6 +116,7 @@ CREATE TABLE outbox (
     error TEXT
 );
 CREATE INDEX outbox_by_state ON outbox (state, id);
+CREATE INDEX outbox_by_dispatch ON outbox (dispatch_key) WHERE dispatch_key IS NOT NULL;
 
 CREATE TABLE dispatches (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -132,6 +133,7 @@ CREATE TABLE dispatches (
     error TEXT
 );
 CREATE INDEX dispatches_open ON dispatches (state, deadline);
+CREATE INDEX dispatches_by_claim ON dispatches (state, claimed_at);  -- the gap
 
 CREATE TABLE state_counts (
     tbl TEXT NOT NULL,

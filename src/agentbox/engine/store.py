@@ -79,7 +79,7 @@ class Store(Protocol):
     def claim_dispatch(self, now: int, mode: str, gap: int,
                        timeout: int) -> Dispatch | Wait: ...
     def settle_dispatch(self, key: str, outcome: Outcome, now: int,
-                        error: str | None = None) -> bool: ...
+                        error: str | None = None, *, attempt: int) -> bool: ...
     def resolve_dispatch(self, key: str, sent: bool, now: int) -> int: ...
     def outbox(self, states: Sequence[str] = ("held", "sending", "uncertain"),
                limit: int = 1000) -> list[OutboxMessage]: ...
@@ -180,8 +180,8 @@ class SqliteStore:
         return outbox.claim(self.conn, now, mode, gap, timeout)
 
     def settle_dispatch(self, key: str, outcome: Outcome, now: int,
-                        error: str | None = None) -> bool:
-        return outbox.settle(self.conn, key, outcome, now, error)
+                        error: str | None = None, *, attempt: int) -> bool:
+        return outbox.settle(self.conn, key, outcome, now, error, attempt=attempt)
 
     def resolve_dispatch(self, key: str, sent: bool, now: int) -> int:
         return outbox.resolve(self.conn, key, sent, now)

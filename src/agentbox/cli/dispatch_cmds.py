@@ -1,0 +1,315 @@
+"""dispatch and outbox: sending the held messages, and looking after them.
+
+``dispatch`` keeps stdout for data only: the merged body when there is no
+sender command (so cron can pipe it on), or the JSON document with
+``--json``. What happened is said on stderr.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from agentbox.cli.app import JsonFlag, app, session
+
+if TYPE_CHECKING:
+    from agentbox.cli.session import Session
+    from agentbox.engine.outbox import Dispatch, Outcome, Wait
+    from agentbox.engine.store import SqliteStore
+    from agentbox.process import ChildResult
+
+LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error", "body"]
+
+
+def _duration_flag(name: str, value: str | None) -> int | None:
+    from agentbox.durations import parse_duration
+    from agentbox.errors import BadInput, UsageError
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except BadInput as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _sender_flag(via: str | None, argv: list[str] | None) -> list[str] | None:
+    from agentbox.config import parse_command
+    from agentbox.errors import BadInput, UsageError
+
+    if via is not None and argv:
+        raise UsageError("give the sender as --via CMD or after --, not both")
+    if argv:
+        return list(argv)
+    if via is None:
+        return None
+    try:
+        return parse_command(via)
+    except BadInput as exc:
+        raise UsageError(f"--via: {exc}") from None
+
+
+def _sender_env(sess: Session, dispatch: Dispatch) -> dict[str, str]:
+    """The sender's environment: ours, plus what it needs to dedupe and find the inbox."""
+    import os
+
+    from agentbox.cli.inbox_cmds import _user_or_none
+
+    return {**os.environ, "AGENTBOX_DISPATCH_KEY": dispatch.key,
+            "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
+            "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
+            "AGENTBOX_USER": _user_or_none(sess) or "",
+            "AGENTBOX_DB": os.path.abspath(sess.db_path)}
+
+
+def _sender_word(result: ChildResult) -> Outcome:
+    """Exit 0 = delivered; a non-zero exit = certainly not; stopped or killed = not known."""
+    if result.ok:
+        return "sent"
+    if result.timed_out or result.stopped or result.returncode is None or result.returncode < 0:
+        return "unknown"
+    return "failed"
+
+
+def _settle(store: SqliteStore, sess: Session, dispatch: Dispatch, outcome: Outcome,
+            error: str | None) -> bool:
+    """Record the outcome in a second transaction, saying so if the database would not."""
+    from agentbox.errors import Busy
+
+    try:
+        return store.settle_dispatch(dispatch.key, outcome, sess.now(), error,
+                                     attempt=dispatch.tries)
+    except Busy as exc:
+        raise Busy(f"the send ended ({outcome}) but could not be recorded: {exc}; dispatch "
+                   f"{dispatch.key} counts as not known after its claim deadline") from None
+
+
+def _send(sess: Session, store: SqliteStore, dispatch: Dispatch, argv: list[str] | None,
+          timeout: int, as_json: bool) -> tuple[Outcome, str | None, bool]:
+    """Deliver the claimed body; returns (outcome, error, whether it was recorded).
+
+    With no sender, writing the body to stdout (inside the JSON document with
+    ``--json``) is the delivery.
+    """
+    from agentbox import render
+
+    if argv is None:
+        try:
+            if as_json:
+                render.document(_claim_doc(dispatch, "sent", None, printed=True))
+            else:
+                render.line(dispatch.body)
+        except OSError as exc:  # a closed pipe: the body went nowhere
+            error = f"stdout closed: {exc.strerror or exc}"
+            return "failed", error, _settle(store, sess, dispatch, "failed", error)
+        return "sent", None, _settle(store, sess, dispatch, "sent", None)
+    from agentbox.process import CommandNotStarted, run_child
+
+    try:
+        result = run_child(argv, dispatch.body.encode("utf-8"), _sender_env(sess, dispatch),
+                           timeout)
+    except CommandNotStarted as exc:
+        return "failed", str(exc), _settle(store, sess, dispatch, "failed", str(exc))
+    except BaseException:
+        # Interrupted while the sender ran: it may have delivered.
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            store.settle_dispatch(dispatch.key, "unknown", sess.now(),
+                                  "dispatcher interrupted mid-send", attempt=dispatch.tries)
+        raise
+    outcome = _sender_word(result)
+    said = None if outcome == "sent" else f"sender {result.describe()}"
+    return outcome, said, _settle(store, sess, dispatch, outcome, said)
+
+
+def _claim_doc(dispatch: Dispatch, outcome: Outcome, error: str | None,
+               printed: bool) -> dict[str, Any]:
+    unknown_resends = outcome == "unknown" and dispatch.mode == "at-least-once"
+    doc: dict[str, Any] = {
+        "outcome": outcome, "key": dispatch.key, "mode": dispatch.mode,
+        "attempt": dispatch.tries, "urgent": dispatch.urgent,
+        "messages": list(dispatch.message_ids), "error": error,
+        "resend_after": dispatch.deadline if unknown_resends else None,
+    }
+    if printed:
+        doc["body"] = dispatch.body
+    return doc
+
+
+def _wait_doc(wait: Wait) -> dict[str, Any]:
+    return {"outcome": "waiting" if wait.held else "nothing", "held": wait.held,
+            "next_send_at": wait.until if wait.held else None, "in_flight": wait.in_flight,
+            "in_flight_until": wait.in_flight_until}
+
+
+def _say_wait(wait: Wait, now: int) -> None:
+    from agentbox import render
+    from agentbox.durations import format_duration
+
+    flight = ""
+    if wait.in_flight:
+        flight = (f"; {wait.in_flight} dispatch(es) in flight, claim deadline "
+                  f"{render.when(wait.in_flight_until)}")
+    if not wait.held:
+        render.notice(f"nothing to send{flight}")
+        return
+    until = wait.until if wait.until is not None else now
+    render.notice(f"{wait.held} message(s) held; the gap allows the next send at "
+                  f"{render.when(until)} (in {format_duration(max(until - now, 1))}){flight}")
+
+
+def _say_claim(dispatch: Dispatch, outcome: Outcome, error: str | None, recorded: bool) -> None:
+    from agentbox import render
+
+    details = [f"{len(dispatch.message_ids)} message(s)"]
+    if dispatch.urgent:
+        details.append("urgent")
+    if dispatch.resend:
+        details.append(f"try {dispatch.tries} under the same key")
+    what = f"dispatch {dispatch.key} ({', '.join(details)})"
+    if not recorded:
+        render.notice(f"{what}: another dispatcher settled it first; this try's word "
+                      f"({outcome}) changed nothing")
+    if outcome == "sent":
+        render.notice(f"sent {what}")
+    elif outcome == "failed":
+        render.error(f"{error}; not delivered: the messages of {what} are held again for "
+                     "the next dispatch")
+    elif dispatch.mode == "at-least-once":
+        render.error(f"{error}; outcome not known: {what} is resent under the same key by "
+                     f"the first dispatch after {render.when(dispatch.deadline)}")
+    else:
+        render.error(f"{error}; outcome not known: {what} is uncertain and will not be "
+                     f"resent; check the channel, then run `agentbox outbox resolve "
+                     f"{dispatch.key} --sent` or `--unsent`")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def dispatch(
+    ctx: typer.Context,
+    command: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        metavar="[-- CMD ARGS...]", help="The sender: gets the merged body on stdin.",
+        show_default=False)] = None,
+    via: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--via", help="The sender as one string, split like a shell would (no shell runs).",
+        show_default=False)] = None,
+    mode: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--mode", help="at-least-once or at-most-once: what an unknown outcome leads to "
+        "(default: config `delivery`).", show_default=False)] = None,
+    gap: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--gap", help="Minimum time between sends, e.g. 1h (default: config `outbox_gap`).",
+        show_default=False)] = None,
+    timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--timeout", help="Stop the sender after this long, e.g. 60s (default: config "
+        "`send_timeout`).", show_default=False)] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Send the held messages merged into one, at most once per gap.
+
+    The body goes on the sender's stdin, or on stdout when no sender is set.
+    Exit 0 sent, nothing to send, or the gap has not passed; 1 the sender
+    failed or timed out; 75 the database stayed busy.
+    """
+    from agentbox import render
+    from agentbox.engine.outbox import Wait
+    from agentbox.engine.policy import DELIVERY_MODES
+    from agentbox.errors import UsageError
+
+    if mode is not None and mode not in DELIVERY_MODES:
+        raise UsageError(f"--mode must be one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
+    argv = _sender_flag(via, command)
+    sess = session(ctx)
+    settings = sess.settings({"delivery": mode, "outbox_gap": _duration_flag("--gap", gap),
+                              "send_timeout": _duration_flag("--timeout", timeout)})
+    policy = settings.policy
+    argv = argv or settings.sender
+    store = sess.store()
+    now = sess.now()
+    claimed = store.claim_dispatch(now, policy.delivery, policy.outbox_gap, policy.send_timeout)
+    if isinstance(claimed, Wait):
+        if as_json:
+            render.document(_wait_doc(claimed))
+        else:
+            _say_wait(claimed, now)
+        return
+    outcome, error, recorded = _send(sess, store, claimed, argv, policy.send_timeout, as_json)
+    if not as_json:
+        _say_claim(claimed, outcome, error, recorded)
+    elif argv is not None:
+        render.document(_claim_doc(claimed, outcome, error, printed=False))
+    raise typer.Exit(0 if outcome == "sent" else 1)
+
+
+outbox_app = typer.Typer(help="The held, in-flight and uncertain messages.",
+                         no_args_is_help=False, invoke_without_command=True)
+app.add_typer(outbox_app, name="outbox")
+
+AllFlag = Annotated[bool, typer.Option("--all", help="Include messages already sent.")]
+LimitFlag = Annotated[Optional[int], typer.Option(  # noqa: UP045
+    "--limit", "-n", min=1, help="Show at most the newest N.", show_default=False)]
+
+
+def _first_line(body: Any) -> str:
+    text = str(body).strip().splitlines()[0] if str(body).strip() else ""
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json: bool) -> None:
+    from agentbox import render
+    from agentbox.engine.outbox import OPEN_STATES, STATES
+
+    messages = session(ctx).store().outbox(STATES if show_all else OPEN_STATES,
+                                           limit or 1000)
+    rows = [{"id": m.id, "state": m.state, "urgent": m.urgent, "dispatch_key": m.dispatch_key,
+             "created": m.created_at, "sent": m.sent_at, "error": m.error, "body": m.body}
+            for m in messages]
+    render.records(rows, LIST_COLUMNS, as_json, title="outbox",
+                   empty="no messages" if show_all else "nothing held, sending or uncertain",
+                   human={"created": render.when, "sent": render.when, "body": _first_line})
+
+
+@outbox_app.callback()
+def outbox(ctx: typer.Context, show_all: AllFlag = False, limit: LimitFlag = None,
+           as_json: JsonFlag = False) -> None:
+    """List held, sending and uncertain messages (same as `outbox list`)."""
+    if ctx.invoked_subcommand is None:
+        _list_outbox(ctx, show_all, limit, as_json)
+
+
+@outbox_app.command("list")
+def outbox_list(ctx: typer.Context, show_all: AllFlag = False, limit: LimitFlag = None,
+                as_json: JsonFlag = False) -> None:
+    """List held, sending and uncertain messages, oldest first (--all: sent ones too)."""
+    _list_outbox(ctx, show_all, limit, as_json)
+
+
+@outbox_app.command("resolve")
+def outbox_resolve(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="The dispatch key (see `outbox list`).")],
+    sent: Annotated[bool, typer.Option("--sent", help="It did reach the channel.")] = False,
+    unsent: Annotated[bool, typer.Option(
+        "--unsent", help="It did not: hold its messages again for the next dispatch.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Settle an uncertain dispatch after checking the channel.
+
+    Exit 3 if the dispatch is not uncertain, 65 if there is no such key.
+    """
+    from agentbox import render
+    from agentbox.errors import UsageError
+
+    if sent == unsent:
+        raise UsageError("say --sent or --unsent (one of them)")
+    sess = session(ctx)
+    count = sess.store().resolve_dispatch(key, sent, sess.now())
+    verdict = "sent" if sent else "unsent"
+    if as_json:
+        render.document({"key": key, "resolved": verdict, "messages": count})
+    elif sent:
+        render.line(f"dispatch {key} resolved as sent: {count} message(s) marked sent")
+    else:
+        render.line(f"dispatch {key} resolved as unsent: {count} message(s) held again for "
+                    "the next dispatch")
