@@ -6,9 +6,14 @@ import sqlite3
 import sys
 
 from agentbox.cli import (  # noqa: F401  (each module registers its commands on app)
-    inbox_cmds,
+    approve_cmds,
     config_cmd,
     dispatch_cmds,
+    inbox_cmds,
+    run_cmd,
+    scenarios_cmd,
+    schedule_cmds,
+    systemd_cmd,
 )
 from agentbox.cli.app import app
 from agentbox.errors import AgentboxError, Exit

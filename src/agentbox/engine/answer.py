@@ -2,6 +2,8 @@
 
 A handler answers with one JSON document; :func:`parse` turns it into an
 :class:`Answer` or refuses it whole, so a malformed answer never half-applies.
+Every check the finish transaction would make on a key or a timer is made
+here first, so a bad answer fails the run instead of surfacing mid-finish.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class FollowUp:
 
     def to_timer(self, now: int) -> TimerSpec:
         return TimerSpec(name=self.name, due=now + self.after, every=None,
-                         payload=self.payload)
+                         payload=self.payload, follow_up=True)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class TimerSpec:
     catch_up: str = "coalesce"
     event_source: str | None = None
     event_id: str | None = None
+    # Asked for by a run: may re-arm a one-off timer, never replace a schedule.
+    follow_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,17 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+def _known_keys(item: dict[str, Any], where: str, known: set[str]) -> None:
+    unknown = set(item) - known
+    if unknown:
+        raise BadInput(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+
+
 def _message(item: Any, n: int) -> Message:
     if isinstance(item, str):
         return Message(_text(item, f"messages[{n}]"))
     if isinstance(item, dict):
-        unknown = set(item) - {"body", "urgent"}
-        if unknown:
-            raise BadInput(f"messages[{n}] has unknown keys: {', '.join(sorted(unknown))}")
+        _known_keys(item, f"messages[{n}]", {"body", "urgent"})
         urgent = item.get("urgent", False)
         if not isinstance(urgent, bool):
             raise BadInput(f"messages[{n}].urgent must be true or false")
@@ -79,26 +87,42 @@ def _message(item: Any, n: int) -> Message:
 
 
 def _approval(item: Any, n: int) -> ApprovalRequest:
+    from agentbox.engine.inbox import check_key
+
     if not isinstance(item, dict):
         raise BadInput(f"approvals[{n}] must be an object, not {type_name(item)}")
+    _known_keys(item, f"approvals[{n}]", {"id", "expires_in", "action"})
     try:
         expires_in = parse_duration(item.get("expires_in"))  # type: ignore[arg-type]
     except (BadInput, AttributeError, TypeError):
         raise BadInput(f"approvals[{n}].expires_in must be a duration like 4h") from None
-    return ApprovalRequest(_text(item.get("id"), f"approvals[{n}].id"), expires_in,
+    request_id = _text(item.get("id"), f"approvals[{n}].id")
+    try:
+        check_key("approval", request_id)
+    except BadInput as exc:
+        raise BadInput(f"approvals[{n}].id: {exc}") from None
+    return ApprovalRequest(request_id, expires_in,
                            _text(item.get("action"), f"approvals[{n}].action"))
 
 
 def _timer(item: Any, n: int) -> FollowUp:
+    from agentbox.engine.timers import check_spec
+
     if not isinstance(item, dict):
         raise BadInput(f"timers[{n}] must be an object, not {type_name(item)}")
+    _known_keys(item, f"timers[{n}]", {"name", "in", "payload"})
     try:
         after = parse_duration(item.get("in"))  # type: ignore[arg-type]
     except (BadInput, AttributeError, TypeError):
         raise BadInput(f"timers[{n}].in must be a duration like 15m") from None
     payload = item.get("payload", {})
-    return FollowUp(_text(item.get("name"), f"timers[{n}].name"), after,
-                    canonical_object(payload, f"timers[{n}].payload"))
+    follow_up = FollowUp(_text(item.get("name"), f"timers[{n}].name"), after,
+                         canonical_object(payload, f"timers[{n}].payload"))
+    try:
+        check_spec(follow_up.to_timer(0))
+    except BadInput as exc:
+        raise BadInput(f"timers[{n}]: {exc}") from None
+    return follow_up
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -115,9 +139,7 @@ def parse(text: str | bytes) -> Answer:
     doc = loads_strict(text, "handler output")
     if not isinstance(doc, dict):
         raise BadInput(f"handler output must be a JSON object, not {type_name(doc)}")
-    unknown = set(doc) - {"messages", "approvals", "timers"}
-    if unknown:
-        raise BadInput(f"handler output has unknown keys: {', '.join(sorted(unknown))}")
+    _known_keys(doc, "handler output", {"messages", "approvals", "timers"})
     return Answer(
         messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
         approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),

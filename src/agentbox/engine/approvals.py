@@ -76,9 +76,11 @@ def answer(conn: sqlite3.Connection, request_id: str, reply: str, now: int) -> s
         outcome = "expired" if now >= expires_at else reply
         body = canonical({"approval": request_id, "answer": outcome, "action": action})
         result = inbox.store_in(conn, SOURCE, request_id, body, now, record_conflict=False)
-        stored = conn.execute("SELECT payload FROM events WHERE id = ?",
-                              (result.id,)).fetchone()[0]
-        standing = str(json.loads(stored)["answer"])
+        stored = json.loads(conn.execute("SELECT payload FROM events WHERE id = ?",
+                                         (result.id,)).fetchone()[0])
+        # The key may hold an event that is not an answer (ingested by hand).
+        found = stored.get("answer")
+        standing = found if found in (*ANSWERS, "expired") else "unknown"
         history.record(conn, now, "approval", request_id, "answered",
                        detail=f"{reply} -> {standing}")
         return standing

@@ -24,6 +24,8 @@ from agentbox.jsonutil import canonical
 
 CATCH_UP_MODES = ("coalesce", "each")
 MAX_NAME_LENGTH = 200
+# Keys the scheduler writes into every timer event; a payload may not carry them.
+RESERVED_KEYS = ("timer", "scheduled_for", "late_by", "skipped")
 
 AddOutcome = Literal["added", "unchanged", "replaced"]
 
@@ -59,15 +61,21 @@ def check_spec(spec: TimerSpec) -> None:
         raise BadInput("a timer's interval must be a positive number of seconds")
     if spec.every is not None and spec.event_id is not None:
         raise BadInput("a recurring timer cannot use a fixed event key")
+    taken = sorted(set(json.loads(spec.payload)) & set(RESERVED_KEYS))
+    if taken:
+        raise BadInput(f"a timer payload cannot use the key(s) {', '.join(taken)}: the "
+                       "scheduler sets them on every event")
 
 
-def _same(timer: Timer, spec: TimerSpec) -> bool:
+def _same(timer: Timer, spec: TimerSpec, exact: bool) -> bool:
     """Re-adding is a no-op when the schedule, payload and catch-up are unchanged.
 
-    A recurring timer's next due time is not compared: it moves on as it fires.
+    A recurring timer's next due time is not compared (it moves on as it
+    fires), unless ``exact``: a replacement that names another due time is a
+    change, which is how an operator re-arms an occurrence on purpose.
     """
-    schedule_same = timer.every == spec.every and (spec.every is not None
-                                                   or timer.due == spec.due)
+    schedule_same = timer.every == spec.every and (
+        timer.due == spec.due or (spec.every is not None and not exact))
     return (schedule_same and timer.payload == spec.payload and timer.catch_up == spec.catch_up
             and timer.event_source == spec.event_source and timer.event_id == spec.event_id)
 
@@ -79,19 +87,31 @@ def get(conn: sqlite3.Connection, name: str) -> Timer | None:
 
 def add_in(conn: sqlite3.Connection, spec: TimerSpec, now: int,
            replace: bool = False) -> AddOutcome:
-    """Add a timer inside the caller's transaction."""
+    """Add a timer inside the caller's transaction.
+
+    Without ``replace`` a live timer of the same name must be unchanged; a
+    one-off that already fired is spent and may be re-added freely. A run's
+    follow-up may re-arm a one-off timer but never replaces a schedule or an
+    approval's expiry.
+    """
     check_spec(spec)
     existing = get(conn, spec.name)
-    if existing is not None and _same(existing, spec):
+    if existing is not None and _same(existing, spec, exact=replace):
         return "unchanged"
-    if existing is not None and not replace:
+    if existing is not None and spec.follow_up and (existing.every is not None
+                                                    or existing.event_source is not None):
+        raise BadInput(f"a follow-up timer cannot replace timer {spec.name!r}: "
+                       + ("it is a recurring schedule" if existing.every is not None
+                          else "it is an approval's expiry"))
+    live = existing is not None and not existing.done
+    if live and not replace:
         raise NotAsAsked(f"timer {spec.name!r} exists with a different schedule or payload; "
                          "use --replace to change it")
     conn.execute(
         f"""INSERT OR REPLACE INTO timers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)""",
         (spec.name, spec.due, spec.every, spec.payload, spec.catch_up, spec.event_source,
          spec.event_id, now))
-    outcome: AddOutcome = "added" if existing is None else "replaced"
+    outcome: AddOutcome = "replaced" if live else "added"
     history.record(conn, now, "timer", spec.name, outcome, detail=f"due {spec.due}")
     return outcome
 
@@ -103,11 +123,21 @@ def add(conn: sqlite3.Connection, spec: TimerSpec, now: int,
 
 
 def remove(conn: sqlite3.Connection, name: str, now: int) -> bool:
+    """Delete a timer; False if there is none by that name.
+
+    An approval's pending expiry is refused: without it a request nobody
+    answers would never come back to the agent.
+    """
     with write(conn):
-        gone = conn.execute("DELETE FROM timers WHERE name = ?", (name,)).rowcount > 0
-        if gone:
-            history.record(conn, now, "timer", name, "removed")
-        return gone
+        timer = get(conn, name)
+        if timer is None:
+            return False
+        if timer.event_source is not None and not timer.done:
+            raise NotAsAsked(f"timer {name!r} is the expiry of {timer.event_source} "
+                             f"{timer.event_id!r}; it goes when it fires")
+        conn.execute("DELETE FROM timers WHERE name = ?", (name,))
+        history.record(conn, now, "timer", name, "removed")
+        return True
 
 
 def listing(conn: sqlite3.Connection, include_done: bool = False) -> list[Timer]:
@@ -148,11 +178,12 @@ def tick(conn: sqlite3.Connection, now: int, policy: Policy | None = None) -> in
             for at, skipped in _occurrences(timer, now, limit):
                 body = {**base, "timer": timer.name, "scheduled_for": at,
                         "late_by": now - at, "skipped": skipped}
-                inbox.store_in(conn, timer.event_source or "timer",
-                               timer.event_id or f"{timer.name}@{at}", canonical(body), now,
-                               record_conflict=False)
+                stored = inbox.store_in(conn, timer.event_source or "timer",
+                                        timer.event_id or f"{timer.name}@{at}",
+                                        canonical(body), now, record_conflict=False)
                 history.record(conn, now, "timer", timer.name, "fired",
-                               detail=f"scheduled for {at}, skipped {skipped}")
+                               detail=f"scheduled for {at}, skipped {skipped}: event "
+                                      f"{stored.id} {stored.outcome}")
             if timer.every is None:
                 conn.execute("UPDATE timers SET done = 1 WHERE name = ?", (timer.name,))
             else:
