@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ def translate(exc: sqlite3.Error, path: str | os.PathLike[str] = "") -> Exceptio
     """Turn an sqlite3 error into the agentbox error a user can act on."""
     text = str(exc)
     where = f"{os.fspath(path)}: " if path else ""
-    if "locked" in text or "busy" in text:
+    if _is_busy(exc):
         return Busy(f"{where}database stayed busy for {BUSY_TIMEOUT_S:.0f}s; try again")
     if "readonly" in text or "read-only" in text:
         return DatabaseError(f"{where}database is read-only; agentbox needs to write to it")
@@ -76,9 +77,10 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL") -> sqlit
     except sqlite3.Error as exc:
         raise translate(exc, file) from None
     try:
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode != "wal":
-            raise DatabaseError(f"{file}: cannot switch the database to WAL mode")
+        # Refuse a foreign or newer file before anything (even the journal
+        # mode, which lives in the file header) is written to it.
+        _check_identity(conn, file)
+        _enable_wal(conn, file)
         conn.execute(f"PRAGMA synchronous={synchronous}")
         migrate(conn, file)
     except sqlite3.Error as exc:
@@ -90,24 +92,59 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL") -> sqlit
     return conn
 
 
+def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Switch to WAL, waiting out other processes doing the same.
+
+    Changing the journal mode needs an exclusive lock, and SQLite answers
+    SQLITE_BUSY at once (without the busy handler) when two connections race
+    to convert a new file, so the wait is ours to do.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.001
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    if str(mode).lower() != "wal":
+        raise DatabaseError(f"{path}: cannot switch the database to WAL mode")
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def _check_identity(conn: sqlite3.Connection, path: Path, version: int) -> None:
-    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
+    """Refuse a foreign or newer file; return its schema version.
+
+    One statement, so one snapshot: read separately, the version and the
+    table count could straddle another process's first migration and make
+    a half-read new inbox look foreign.
+    """
+    version, app_id, tables = conn.execute(
+        """SELECT (SELECT user_version FROM pragma_user_version),
+                  (SELECT application_id FROM pragma_application_id),
+                  (SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table')""").fetchone()
     if version == 0 and app_id == 0:
-        tables = conn.execute(
-            "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table'").fetchone()[0]
         if tables:
             raise DatabaseError(f"{path}: an SQLite file, but not an agentbox database")
-        return
+        return 0
     if app_id != APPLICATION_ID:
         raise DatabaseError(f"{path}: an SQLite file, but not an agentbox database")
     if version > SCHEMA_VERSION:
         raise DatabaseError(
             f"{path}: made by a newer agentbox (schema {version}, this one knows "
             f"up to {SCHEMA_VERSION}); upgrade agentbox to use it")
+    return int(version)
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
@@ -116,12 +153,10 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     The version is re-read inside the transaction, so processes racing to
     create the same new file apply each migration exactly once.
     """
-    version = schema_version(conn)
-    _check_identity(conn, path, version)
+    version = _check_identity(conn, path)
     while version < SCHEMA_VERSION:
         with write(conn):
-            version = schema_version(conn)
-            _check_identity(conn, path, version)
+            version = _check_identity(conn, path)
             if version >= SCHEMA_VERSION:
                 break
             _apply(conn, version + 1)

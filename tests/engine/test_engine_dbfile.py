@@ -1,0 +1,246 @@
+"""The database file: versioned migrations, refusal of foreign files, pragmas, holder ids."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentbox.engine import db, schema
+from agentbox.engine.lease import new_holder_id
+from agentbox.engine.store import SqliteStore
+from agentbox.errors import Busy, DatabaseError
+
+from .enginekit import T
+
+
+def fingerprint(path: Path) -> tuple[str, list[str]]:
+    """The file's bytes and the names beside it: enough to see any change."""
+    return (hashlib.sha256(path.read_bytes()).hexdigest(),
+            sorted(p.name for p in path.parent.iterdir()))
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def tables(path: Path) -> set[str]:
+    with raw(path) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table'").fetchall()}
+
+
+def versions(path: Path) -> tuple[int, int, list[int]]:
+    """(user_version, application_id, versions recorded in migrations)."""
+    conn = raw(path)
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        recorded: list[int] = []
+        if "migrations" in tables(path):
+            recorded = [r[0] for r in conn.execute(
+                "SELECT version FROM migrations ORDER BY version").fetchall()]
+        return version, app_id, recorded
+    finally:
+        conn.close()
+
+
+def test_a_new_file_is_migrated_once_and_marked(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "inbox.sqlite3"
+    with SqliteStore(path) as first:
+        instance = first.instance_id()
+    assert versions(path) == (schema.SCHEMA_VERSION, db.APPLICATION_ID,
+                              list(range(1, schema.SCHEMA_VERSION + 1)))
+    with SqliteStore(path) as again:
+        assert again.instance_id() == instance
+    assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
+    path = tmp_path / "touched.sqlite3"
+    path.touch()
+    with SqliteStore(path) as store:
+        assert store.ingest("s", "1", "{}", T).outcome == "stored"
+
+
+def test_wal_full_sync_and_busy_timeout_are_in_force(store: SqliteStore) -> None:
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
+
+
+def test_a_crash_inside_the_first_migration_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    original = db._apply
+
+    def apply_then_crash(conn: sqlite3.Connection, target: int) -> None:
+        original(conn, target)  # every statement and the record ran...
+        raise RuntimeError("power cut before COMMIT")
+
+    monkeypatch.setattr(db, "_apply", apply_then_crash)
+    with pytest.raises(RuntimeError):
+        db.connect(path)
+    assert versions(path) == (0, 0, [])
+    assert tables(path) == set()
+
+    monkeypatch.undo()
+    with SqliteStore(path):
+        pass
+    assert versions(path) == (schema.SCHEMA_VERSION, db.APPLICATION_ID,
+                              list(range(1, schema.SCHEMA_VERSION + 1)))
+
+
+def test_a_killed_process_mid_migration_leaves_nothing(tmp_path: Path) -> None:
+    """A real SIGKILL with the migration's transaction open: no half schema."""
+    path = tmp_path / "inbox.sqlite3"
+    script = (
+        "import os, signal, sys\n"
+        "from agentbox.engine import db\n"
+        "original = db._apply\n"
+        "def apply_then_die(conn, target):\n"
+        "    original(conn, target)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "db._apply = apply_then_die\n"
+        "db.connect(sys.argv[1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], timeout=120,
+                          capture_output=True)
+    assert done.returncode == -9, done.stderr
+    assert versions(path) == (0, 0, [])
+    assert tables(path) == set()
+    with SqliteStore(path) as store:
+        assert store.ingest("s", "1", "{}", T).outcome == "stored"
+    assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
+
+
+def test_a_failing_later_migration_is_rolled_back_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    with SqliteStore(path) as store:
+        store.ingest("s", "1", "{}", T)
+    before = versions(path)
+    broken = "CREATE TABLE extra (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n"
+    monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, broken))
+    monkeypatch.setattr(db, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1)
+    with pytest.raises(DatabaseError):
+        db.connect(path)
+    assert versions(path) == before
+    assert "extra" not in tables(path)
+
+    fixed = "CREATE TABLE extra (x INTEGER);\nINSERT INTO extra VALUES (1);\n"
+    monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, fixed))
+    for _ in range(2):
+        db.connect(path).close()
+    assert versions(path) == (schema.SCHEMA_VERSION + 1, db.APPLICATION_ID,
+                              list(range(1, schema.SCHEMA_VERSION + 2)))
+    with raw(path) as conn:
+        assert conn.execute("SELECT x FROM extra").fetchall() == [(1,)]  # ran once
+
+
+def test_a_file_from_a_newer_agentbox_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    with SqliteStore(path) as store:
+        store.ingest("s", "1", "{}", T)
+    conn = raw(path)
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    conn.close()
+    before = fingerprint(path)
+    with pytest.raises(DatabaseError, match="newer agentbox"):
+        SqliteStore(path)
+    assert fingerprint(path) == before
+
+
+def test_a_foreign_sqlite_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = raw(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    before = fingerprint(path)
+    with pytest.raises(DatabaseError, match="not an agentbox database"):
+        SqliteStore(path)
+    assert fingerprint(path) == before
+    with raw(path) as check:  # not even switched to WAL
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_an_sqlite_file_of_another_application_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = raw(path)
+    conn.execute("PRAGMA application_id = 1234")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    before = fingerprint(path)
+    with pytest.raises(DatabaseError, match="not an agentbox database"):
+        SqliteStore(path)
+    assert fingerprint(path) == before
+
+
+@pytest.mark.parametrize("content", [
+    b"this is a text file, not a database\n",
+    bytes(range(256)) * 16,
+    b"SQLite format 3\x00" + b"\xff" * 4080,
+])
+def test_garbage_is_refused_unchanged(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    path.write_bytes(content)
+    with pytest.raises(DatabaseError):
+        SqliteStore(path)
+    assert path.read_bytes() == content
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="directory"):
+        SqliteStore(tmp_path)
+
+
+def test_writers_queue_on_the_busy_timeout(store: SqliteStore, tmp_path: Path) -> None:
+    """BEGIN IMMEDIATE: a second writer waits for the first instead of failing."""
+    other = SqliteStore(store.location)
+    finished = threading.Event()
+    results: list[str] = []
+
+    def second_writer() -> None:
+        results.append(other.ingest("s", "2", "{}", T).outcome)
+        finished.set()
+
+    with db.write(store.conn):
+        store.conn.execute("UPDATE meta SET value = value WHERE key = 'instance'")
+        thread = threading.Thread(target=second_writer)
+        thread.start()
+        assert not finished.wait(0.3)  # blocked behind our write lock
+    assert finished.wait(60)
+    thread.join()
+    other.close()
+    assert results == ["stored"]
+
+
+def test_a_database_that_stays_locked_is_a_temporary_error(
+        store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.1)
+    impatient = SqliteStore(store.location)
+    try:
+        with db.write(store.conn), pytest.raises(Busy) as caught:
+            impatient.ingest("s", "1", "{}", T)
+        assert caught.value.exit_code == 75
+        assert impatient.find("s", "1") is None
+    finally:
+        impatient.close()
+
+
+def test_holder_ids_are_unique_and_name_host_and_process() -> None:
+    ids = {new_holder_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    host, pid, _ = next(iter(ids)).rsplit(":", 2)
+    assert (host, pid) == (socket.gethostname(), str(os.getpid()))
