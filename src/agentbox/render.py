@@ -107,3 +107,30 @@ def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
     for key, value in items:
         grid.add_row(key, _cell(value))
     _console().print(grid)
+
+
+def checklist(columns: Sequence[str], rows: Sequence[Sequence[Any]],
+              title: str | None = None) -> None:
+    """A table of literal text with verdicts: a cell that is exactly True or False
+    is drawn as a green ✓ or a red ✗.
+
+    Cells are never read as rich markup, so text from a user's own file (a
+    payload with square brackets, say) shows exactly as written.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    def cell(value: Any) -> Text:
+        if value is True:
+            return Text("✓", style="bold green")
+        if value is False:
+            return Text("✗", style="bold red")
+        return Text(_cell(value))
+
+    grid = Table(title=Text(title) if title else None, title_justify="left",
+                 header_style="bold")
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*(cell(v) for v in row))
+    _console().print(grid)
