@@ -1,0 +1,200 @@
+"""Rules 3 and 4 at claim time: batches, attempts, abandoned rows, poison and backoff."""
+
+from __future__ import annotations
+
+from agentbox.engine.policy import Policy
+from agentbox.engine.store import SqliteStore
+
+from .conftest import MakeWorker
+from .enginekit import POLICY, TTL, T, actions, dump, state
+
+LATER = TTL + 1  # enough for any lease taken now to lapse
+
+
+def ingest(store: SqliteStore, *source_ids: str, now: int = T) -> list[int]:
+    return [store.ingest("chat", s, "{}", now).id for s in source_ids]
+
+
+def test_a_claim_stamps_the_generation_and_counts_the_attempt(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ids = ingest(store, "m1", "m2")
+    b = worker("B")
+    store.acquire("A", T, TTL)
+    assert b.acquire(T + LATER) == 2
+    got = b.claim(T + LATER)
+    assert got is not None
+    assert [e.id for e in got] == ids
+    for event in got:
+        assert (event.status, event.attempts, event.claim_gen) == ("running", 1, 2)
+        assert event.updated_at == T + LATER
+        assert store.event(event.id) == event
+        entry = store.story(event.id)[-1]
+        assert (entry.action, entry.generation, entry.detail) == ("claimed", 2, "attempt 1")
+
+
+def test_a_batch_takes_every_pending_event_oldest_first(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "m3", "m1", "m2")
+    a = worker("A")
+    a.acquire(T)
+    a.claim(T)
+    assert a.ids() == ["m3", "m1", "m2"]
+    assert store.status().events["running"] == 3
+
+
+def test_max_batch_bounds_a_run(store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "e1", "e2", "e3", "e4", "e5")
+    a = worker("A", Policy(max_batch=2))
+    a.acquire(T)
+    batches = []
+    for n in range(4):
+        a.claim(T + n)
+        batches.append(a.ids())
+        assert a.finish(T + n)
+    assert batches == [["e1", "e2"], ["e3", "e4"], ["e5"], []]
+
+
+def test_a_claim_without_the_lease_is_refused_and_changes_nothing(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "m1")
+    store.acquire("A", T, TTL)
+    before = dump(store.conn)
+    assert store.claim("B", 1, T, POLICY) is None             # not the holder
+    assert store.claim("A", 2, T, POLICY) is None             # not its generation
+    assert store.claim("A", 1, T + LATER, POLICY) is None     # lapsed
+    assert dump(store.conn) == before
+
+
+def test_a_crashed_worker_still_used_up_an_attempt(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "m1")
+    a = worker("A")
+    a.acquire(T)
+    a.claim(T)  # ...and the process dies: no finish, no fail
+    assert state(store, "m1") == ("running", 1)
+
+
+def test_rows_of_an_older_generation_go_back_to_pending(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ids = ingest(store, "m1", "m2")
+    a, b = worker("A"), worker("B")
+    a.acquire(T)
+    a.claim(T)  # A stalls
+    b.acquire(T + LATER)
+    b.claim(T + LATER)
+    # both came back; the first is retried alone, the other waits its turn
+    assert b.ids() == ["m1"]
+    assert state(store, "m1") == ("running", 2)
+    assert state(store, "m2") == ("pending", 1)
+    m2 = store.event(ids[1])
+    assert m2 is not None and m2.error is not None and "generation 1" in m2.error
+    abandoned = store.story(ids[1])[-1]
+    assert (abandoned.action, abandoned.generation) == ("abandoned", 1)
+
+
+def test_rows_claimed_in_the_current_generation_stay_with_their_run(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "m1")
+    a = worker("A")
+    a.acquire(T)
+    first = a.claim(T)
+    ingest(store, "m2", now=T + 1)
+    a.acquire(T + 1)  # a renewal: same generation
+    second = a.claim(T + 1)
+    assert first is not None and second is not None
+    assert [e.source_id for e in first] == ["m1"]
+    assert [e.source_id for e in second] == ["m2"]
+    assert state(store, "m1") == ("running", 1)
+
+
+def test_an_exhausted_row_is_buried_dead_with_its_reason(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    [poison] = ingest(store, "poison")
+    now = T
+    for n in range(3):
+        w = worker(f"W{n}")
+        w.acquire(now)
+        w.claim(now)
+        assert w.ids() == ["poison"]  # and crashes
+        now += LATER
+    last = worker("W3")
+    last.acquire(now)
+    assert last.claim(now) == []
+    event = store.event(poison)
+    assert event is not None
+    assert (event.status, event.attempts) == ("dead", 3)
+    assert event.error is not None and event.error.startswith("too many attempts (3)")
+    assert "lost its lease" in event.error  # the last error is kept
+    assert actions(store, poison)[-2:] == ["abandoned", "dead"]
+    assert store.story(poison)[-1].detail == "reached max_attempts 3"
+    assert [e.id for e in store.dead()] == [poison]
+
+
+def test_a_retried_row_is_claimed_alone_even_with_fresh_ones_waiting(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "bad")
+    a = worker("A")
+    a.acquire(T)
+    a.claim(T)
+    assert a.fail(T)  # back to pending, attempts 1
+    ingest(store, "fresh1", "fresh2", now=T + 1)
+    a.claim(T + 1)
+    assert a.ids() == ["bad"]
+    assert a.finish(T + 1)
+    a.claim(T + 2)
+    assert a.ids() == ["fresh1", "fresh2"]
+
+
+def test_backoff_holds_a_retry_back_without_holding_up_healthy_events(
+        store: SqliteStore, worker: MakeWorker) -> None:
+    policy = Policy(max_attempts=5, retry_backoff=10, backoff_cap=25)
+    [bad] = ingest(store, "bad")
+    a = worker("A", policy)
+    a.acquire(T)
+    waits = []
+    now = T
+    for _ in range(4):
+        a.claim(now)
+        assert a.ids() == ["bad"]
+        assert a.fail(now)
+        event = store.event(bad)
+        assert event is not None and event.status == "pending"
+        waits.append(event.available_at - now)
+        if len(waits) == 1:
+            ingest(store, "healthy", now=now)
+            a.claim(now + 1)  # the retry is not due: the healthy event goes ahead
+            assert a.ids() == ["healthy"]
+            assert a.finish(now + 1)
+        a.claim(event.available_at - 1)
+        assert a.ids() == []
+        now = event.available_at
+    assert waits == [10, 20, 25, 25]  # exponential, capped
+
+
+def test_backoff_applies_to_abandoned_rows_too(store: SqliteStore, worker: MakeWorker) -> None:
+    policy = Policy(retry_backoff=30)
+    [m1] = ingest(store, "m1")
+    a, b = worker("A", policy), worker("B", policy)
+    a.acquire(T)
+    a.claim(T)
+    b.acquire(T + LATER)
+    assert b.claim(T + LATER) == []
+    event = store.event(m1)
+    assert event is not None and (event.status, event.available_at) == ("pending",
+                                                                        T + LATER + 30)
+    assert b.claim(T + LATER + 30) is not None and b.ids() == ["m1"]
+
+
+def test_done_and_dead_rows_are_never_claimed(store: SqliteStore, worker: MakeWorker) -> None:
+    ingest(store, "done", "dead")
+    a = worker("A", Policy(max_attempts=1))
+    a.acquire(T)
+    a.claim(T)
+    a.batch = a.batch[:1]
+    assert a.finish(T)
+    a.batch = []
+    b = worker("B", Policy(max_attempts=1))
+    b.acquire(T + LATER)
+    assert b.claim(T + LATER) == []
+    assert state(store, "done") == ("done", 1)
+    assert state(store, "dead") == ("dead", 1)
