@@ -1,0 +1,87 @@
+"""The scenarios can fail: break a rule in the engine and the matching step says so."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentbox.engine import inbox, lease
+
+
+def _failures(cli: Callable[..., Any], token: str) -> list[dict[str, Any]]:
+    result = cli("scenarios", token, "--json")
+    assert result.code == 1, result.out + result.err
+    doc = json.loads(result.out)
+    assert doc["ok"] is False
+    return [step for step in doc["scenarios"][0]["steps"] if step["ok"] is False]
+
+
+def test_a_finish_without_the_fence_breaks_the_takeover_case(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inbox, "_fenced", lambda *args: True)
+    failed = _failures(cli, "lease-takeover")
+    assert [(s["n"], s["label"]) for s in failed] == [
+        (9, "A finishes its old claim (gen 1)"), (11, "outbox rows")]
+    assert failed[0]["expected"] is False and failed[0]["observed"] is True
+    assert failed[1]["observed"] == 2  # the reply queued twice
+    human = cli("scenarios", "4")
+    assert human.code == 1
+    row = next(line for line in human.out.splitlines() if "9. [" in line)
+    assert "✗" in row
+
+
+def _ignores_generation(conn: sqlite3.Connection, holder: str, generation: int,
+                        now: int) -> bool:
+    current = lease.current(conn)
+    return current is not None and current.holder == holder and current.until >= now
+
+
+def test_a_fence_on_the_holder_name_alone_breaks_the_same_holder_case(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lease, "holds", _ignores_generation)
+    failed = _failures(cli, "same-holder-takeover")
+    assert failed[0]["n"] == 5
+    assert failed[0]["label"] == "A finishes its generation-1 claim"
+    assert failed[0]["observed"] is True
+
+
+def test_no_dead_letter_rule_breaks_the_poison_case(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inbox, "_bury_exhausted", lambda *args: None)
+    failed = _failures(cli, "5")
+    assert failed[0]["n"] == 9  # W3 gets the poison event a fourth time
+    assert failed[0]["observed"] == ["poison"]
+    assert any(s["label"] == "chat/poison: status, attempts" and s["observed"] != ["dead", 3]
+               for s in failed)
+
+
+def test_a_scenario_fails_only_where_it_differs(cli: Callable[..., Any]) -> None:
+    """Unbroken, the same scenarios pass: the failures above come from the breakage."""
+    for token in ("lease-takeover", "same-holder-takeover", "5", "11", "17"):
+        assert cli("scenarios", token).code == 0
+
+
+def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.engine import outbox
+
+    def any_claim(conn: sqlite3.Connection) -> int | None:
+        row = conn.execute("SELECT MAX(claimed_at) FROM dispatches").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    monkeypatch.setattr(outbox, "last_send", any_claim)
+    failed = _failures(cli, "failed-send-held-again")
+    assert failed[0]["n"] == 4 and failed[0]["observed"] == "wait"
+
+
+def test_never_parking_at_most_once_claims_breaks_the_uncertain_case(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.engine import outbox
+
+    monkeypatch.setattr(outbox, "_park_expired", lambda *args: None)
+    failed = _failures(cli, "at-most-once-uncertain")
+    assert failed[0]["label"] == "count outbox.uncertain" and failed[0]["observed"] == 0
