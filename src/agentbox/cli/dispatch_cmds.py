@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from agentbox.engine.store import SqliteStore
     from agentbox.process import ChildResult
 
-LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error", "body"]
+# The table; JSON objects carry these names and the message body too.
+LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error"]
 
 
 def _duration_flag(name: str, value: str | None) -> int | None:
@@ -251,11 +252,6 @@ LimitFlag = Annotated[Optional[int], typer.Option(  # noqa: UP045
     "--limit", "-n", min=1, help="Show at most the newest N.", show_default=False)]
 
 
-def _first_line(body: Any) -> str:
-    text = str(body).strip().splitlines()[0] if str(body).strip() else ""
-    return text if len(text) <= 60 else text[:59] + "…"
-
-
 def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json: bool) -> None:
     from agentbox import render
     from agentbox.engine.outbox import OPEN_STATES, STATES
@@ -267,7 +263,7 @@ def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json:
             for m in messages]
     render.records(rows, LIST_COLUMNS, as_json, title="outbox",
                    empty="no messages" if show_all else "nothing held, sending or uncertain",
-                   human={"created": render.when, "sent": render.when, "body": _first_line})
+                   human={"created": render.when, "sent": render.when})
 
 
 @outbox_app.callback()

@@ -1,0 +1,194 @@
+"""Real processes and real signals: a dispatcher killed mid-send, racing dispatchers,
+and the write lock staying free while a sender runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentbox.engine.outbox import CLAIM_GRACE
+from agentbox.engine.store import SqliteStore
+
+pytestmark = pytest.mark.slow
+
+Queue = Callable[..., None]
+T = 1_000_000
+SEND_TIMEOUT = 60
+DEADLINE = T + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T
+WAIT = 60.0  # generous: two cores, other test runs beside us
+
+
+def poll(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    give_up = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie nobody reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def start_dispatch(sender: Any, now: int, *flags: str, wait: bool = False) -> subprocess.Popen[str]:
+    """`agentbox dispatch` as a real process (the `home` fixture set up os.environ)."""
+    env = {**os.environ, "AGENTBOX_NOW": str(now), **sender.env(wait=wait)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentbox", "dispatch", "--timeout", f"{SEND_TIMEOUT}s",
+         *flags, "--", *sender.argv],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=WAIT)
+    return proc.returncode, out, err
+
+
+def kill_mid_send(sender: Any, now: int, mode: str) -> dict[str, Any]:
+    """Start a dispatch whose sender hangs, then SIGKILL the dispatcher and its sender."""
+    before = len(sender.calls())
+    proc = start_dispatch(sender, now, "--mode", mode, wait=True)
+    try:
+        poll(lambda: len(sender.calls()) > before, "the sender's marker")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=WAIT)
+    call: dict[str, Any] = sender.calls()[-1]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(call["pid"], signal.SIGKILL)
+    poll(lambda: gone(call["pid"]), "the sender to die")
+    return call
+
+
+def states(inbox: SqliteStore) -> list[str]:
+    return [m.state for m in inbox.outbox(("held", "sending", "sent", "uncertain"))]
+
+
+def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
+        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    cli_queue(T, "deploy finished", "3 tests flaky")
+    first = kill_mid_send(sender, T, "at-least-once")
+    assert first["attempt"] == "1"
+    assert states(inbox) == ["sending", "sending"]
+
+    # Until the claim deadline nobody knows the dispatcher is gone: no resend.
+    early = agentbox_proc("dispatch", "--", *sender.argv, env={"AGENTBOX_NOW": str(DEADLINE)})
+    assert early.returncode == 0, early.stderr
+    assert "nothing to send" in early.stderr and "in flight" in early.stderr
+    assert len(sender.calls()) == 1
+
+    late = agentbox_proc("dispatch", "--", *sender.argv,
+                         env={"AGENTBOX_NOW": str(DEADLINE + 1)})
+    assert late.returncode == 0, late.stderr
+    assert "try 2 under the same key" in late.stderr
+    calls = sender.calls()
+    assert len(calls) == 2
+    assert calls[1]["key"] == first["key"]
+    assert calls[1]["attempt"] == "2"
+    assert calls[1]["body"] == first["body"] == "deploy finished\n\n3 tests flaky"
+    assert states(inbox) == ["sent", "sent"]
+
+    again = agentbox_proc("dispatch", "--", *sender.argv,
+                          env={"AGENTBOX_NOW": str(DEADLINE + 10_000)})
+    assert again.returncode == 0, again.stderr
+    assert len(sender.calls()) == 2  # resent once, not again
+
+
+def test_killed_dispatcher_at_most_once_waits_for_the_operator(
+        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    def dispatch(now: int) -> subprocess.CompletedProcess[str]:
+        done = agentbox_proc("dispatch", "--", *sender.argv, env={"AGENTBOX_NOW": str(now)})
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def resolve(key: str, verdict: str) -> None:
+        done = agentbox_proc("outbox", "resolve", key, verdict)
+        assert done.returncode == 0, done.stderr
+
+    cli_queue(T, "refund issued")
+    first = kill_mid_send(sender, T, "at-most-once")
+    # The dispatchers that come later are at-least-once (the default): the mode
+    # recorded on the claim decides.
+    dispatch(DEADLINE + 1)
+    assert states(inbox) == ["uncertain"]
+    dispatch(T + 10 * 3600)
+    assert len(sender.calls()) == 1 and states(inbox) == ["uncertain"]
+    resolve(first["key"], "--sent")
+    assert states(inbox) == ["sent"]
+
+    later = T + 11 * 3600
+    cli_queue(later, "second refund")
+    second = kill_mid_send(sender, later, "at-most-once")
+    assert second["key"] != first["key"]
+    dispatch(later + SEND_TIMEOUT + CLAIM_GRACE + 1)
+    assert states(inbox) == ["sent", "uncertain"]
+    resolve(second["key"], "--unsent")
+    assert states(inbox) == ["sent", "held"]
+    dispatch(later + SEND_TIMEOUT + CLAIM_GRACE + 2)
+    calls = sender.calls()
+    assert [c["body"] for c in calls] == ["refund issued", "second refund", "second refund"]
+    assert calls[2]["key"] not in (first["key"], second["key"])
+    assert states(inbox) == ["sent", "sent"]
+    assert agentbox_proc("outbox", "resolve", second["key"], "--sent").returncode == 3
+
+
+def test_two_dispatchers_started_together_send_each_row_once(
+        cli_queue: Queue, inbox: SqliteStore, sender: Any) -> None:
+    cli_queue(T, "a", "b", "c")
+    procs = [start_dispatch(sender, T, wait=True) for _ in range(2)]
+    try:
+        # One claims the rows and its sender hangs; the other finds them taken and
+        # ends while that send is still in flight.
+        poll(lambda: any(p.poll() is not None for p in procs), "one dispatcher to end")
+        poll(lambda: len(sender.calls()) >= 1, "the sender's marker")
+        assert len(sender.calls()) == 1
+        loser = next(p for p in procs if p.poll() is not None)
+        code, out, err = finish(loser)
+        assert (code, out) == (0, "")
+        assert "nothing to send" in err and "1 dispatch(es) in flight" in err
+    finally:
+        sender.release.touch()
+    results = [finish(p) for p in procs if p is not loser]
+    assert [r[0] for r in results] == [0]
+    assert [c["body"] for c in sender.calls()] == ["a\n\nb\n\nc"]
+    assert states(inbox) == ["sent", "sent", "sent"]
+
+
+def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
+        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    cli_queue(T, "slow channel")
+    proc = start_dispatch(sender, T, wait=True)
+    try:
+        poll(lambda: len(sender.calls()) == 1, "the sender's marker")
+        started = time.monotonic()
+        ingested = agentbox_proc("ingest", "github", "delivery-1", "--payload", '{"n": 1}',
+                                 env={"AGENTBOX_NOW": str(T + 1)})
+        elapsed = time.monotonic() - started
+        # Still mid-send: the sender only ends once the release file exists.
+        assert proc.poll() is None
+    finally:
+        sender.release.touch()
+    assert ingested.returncode == 0, ingested.stderr
+    assert "stored" in ingested.stdout
+    # The busy timeout is 30 s; a held write lock would have kept ingest waiting on it.
+    assert elapsed < 10, elapsed
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert states(inbox) == ["sent"]
+    assert inbox.find("github", "delivery-1") is not None
