@@ -1,0 +1,304 @@
+"""Shared plumbing for the benchmark scripts: options, timing, baselines, report rows.
+
+Every script measures a subject (agentbox) and a baseline (bare Python and
+sqlite3 doing the same durable writes) in the same run, interleaved so that
+load from other programs hits both alike, and reports medians and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+PROGRAMS = BENCH / "programs"
+TIMES = "\u00d7"  # the multiplication sign of ratios
+T0 = 1_700_000_000  # the pinned clock of every engine call
+
+# The event row every baseline and subject writes, and the history row beside it.
+INSERT_EVENT = """INSERT INTO events (source, source_id, payload, created_at, updated_at)
+                  VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING
+                  RETURNING id"""
+INSERT_HISTORY = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
+                    VALUES (?, ?, ?, ?, ?, ?)"""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the results table.
+
+    ``higher_is_better`` says how to read the ratio (subject / baseline): a
+    time is good when the ratio is at most ``target``, a rate when it is at
+    least ``target``.
+    """
+
+    what: str
+    subject: float
+    baseline: float
+    unit: str
+    target: float
+    higher_is_better: bool
+    note: str = ""
+    errors: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.subject / self.baseline if self.baseline else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        met = self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+        return met and self.errors == 0
+
+    @property
+    def target_text(self) -> str:
+        return f"{'≥' if self.higher_is_better else '≤'} {self.target:g}{TIMES}"
+
+    def document(self) -> dict[str, object]:
+        return {**asdict(self), "ratio": self.ratio, "ok": self.ok}
+
+    @classmethod
+    def from_document(cls, doc: dict[str, object]) -> Row:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in doc.items() if k in names})  # type: ignore[arg-type]
+
+
+def time_row(what: str, subject_s: float, baseline_s: float, target: float,
+             note: str = "", errors: int = 0) -> Row:
+    """A row of wall times in milliseconds; lower is better."""
+    return Row(what, subject_s * 1000, baseline_s * 1000, "ms", target, False, note, errors)
+
+
+def rate_row(what: str, subject: float, baseline: float, target: float, unit: str = "ev/s",
+             note: str = "", errors: int = 0) -> Row:
+    """A row of throughputs; higher is better."""
+    return Row(what, subject, baseline, unit, target, True, note, errors)
+
+
+def format_value(value: float, unit: str) -> str:
+    if unit != "ms" or value >= 100:
+        return f"{value:,.0f} {unit}"
+    return f"{value:.{1 if value >= 10 else 2 if value >= 1 else 3}f} {unit}"
+
+
+def options(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true",
+                        help="small N: check that the script works, not the figures")
+    parser.add_argument("--json", action="store_true",
+                        help="print the rows as one JSON document (used by run.py)")
+    parser.add_argument("--dir", default=os.environ.get("AGENTBOX_BENCH_DIR"),
+                        help="where the databases go (default: the system temp folder, "
+                        "or $AGENTBOX_BENCH_DIR); use the disk you care about")
+    return parser.parse_args(argv)
+
+
+def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
+    """Print the rows: JSON for run.py, else one readable block per row."""
+    if args.json:
+        sys.stdout.write(json.dumps({"rows": [r.document() for r in rows]}) + "\n")
+        return
+    for r in rows:
+        print(f"{r.what}\n  subject  {format_value(r.subject, r.unit)}"
+              f"\n  baseline {format_value(r.baseline, r.unit)}"
+              f"\n  ratio    {r.ratio:.2f}{TIMES}  (target {r.target_text}: "
+              f"{'ok' if r.ok else 'MISSED'})"
+              + (f"\n  errors   {r.errors}" if r.errors else "")
+              + (f"\n  note     {r.note}" if r.note else ""))
+
+
+def progress(message: str) -> None:
+    """Progress on stderr, so stdout stays the result."""
+    sys.stderr.write(f"  {message}\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def workdir(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """A fresh folder for one script's databases, removed afterwards."""
+    parent = args.dir or None
+    if parent:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"agentbox-bench-{name}-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def interleaved(rounds: int, runs: Mapping[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Call every measurement once per round, rotating which goes first.
+
+    Each callable returns one figure; rotating the order keeps a steady
+    drift in machine load (or a warm cache) from favouring one side.
+    """
+    names = list(runs)
+    figures: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(rounds):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            figures[name].append(runs[name]())
+    return figures
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run_program(argv: Sequence[str], env: dict[str, str],
+                stdin: bytes | None = None) -> tuple[float, float]:
+    """Run a program to its end: (wall seconds, CPU seconds it used).
+
+    CPU time (user + system, from the kernel's child accounting) is less
+    disturbed by other load than wall time, so it is shown beside it.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({done.returncode}): "
+                         f"{done.stderr.decode(errors='replace')[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def raw_connect(path: Path) -> sqlite3.Connection:
+    """What a careful bare-sqlite3 program opens: WAL, synchronous=FULL, a busy timeout."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def make_inbox(path: Path) -> Path:
+    """An empty inbox made by the engine itself, so every baseline writes the real schema."""
+    from agentbox.engine import db
+
+    conn = db.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
+def filled_inbox(path: Path, *statements: tuple[str, Mapping[str, object]]) -> Path:
+    """An engine-made inbox filled by plain SQL in one transaction, then checkpointed.
+
+    The schema is the real one, triggers included; only the filling skips the
+    engine, so a large inbox takes seconds to build. Building is not what is
+    measured, so it is not made durable.
+    """
+    make_inbox(path)
+    conn = raw_connect(path)
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("BEGIN IMMEDIATE")
+    for sql, params in statements:
+        conn.execute(sql, params)
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
+def copy_inbox(template: Path, dest: Path) -> Path:
+    """A fresh copy of a checkpointed inbox (the WAL flag lives in the file header)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, dest)
+    return dest
+
+
+def payload(i: int) -> str:
+    """A small webhook-like payload, already canonical JSON."""
+    return json.dumps({"action": "opened", "number": i, "repo": "octo/bench",
+                       "text": "please look at this"}, sort_keys=True, separators=(",", ":"))
+
+
+def filesystem(path: Path) -> str:
+    """The filesystem type holding ``path`` (Linux), to warn about tmpfs."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    best, kind = "", "unknown"
+    target = str(path.resolve())
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and target.startswith(parts[1]) and len(parts[1]) > len(best):
+            best, kind = parts[1], parts[2]
+    return kind
+
+
+def warn_if_memory(path: Path) -> None:
+    kind = filesystem(path)
+    if kind in ("tmpfs", "ramfs"):
+        progress(f"warning: {path} is on {kind}: fsync costs nothing there, so durable-write "
+                 "figures mean little; pass --dir on a real disk")
+
+
+def clean_env(root: Path) -> dict[str, str]:
+    """The environment of every program started: the same for subject and baselines.
+
+    agentbox and coverage settings are dropped, and bytecode is cached under
+    ``root`` even where PYTHONDONTWRITEBYTECODE is set: an installed agentbox
+    has its bytecode compiled, and recompiling its modules at every start
+    would be measuring the environment, not agentbox. The first (warm-up)
+    runs fill the cache for every program alike.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AGENTBOX_", "COVERAGE_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+    return env
+
+
+class Homes:
+    """Fresh places to start a program in, each with a copy of the same empty inbox."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.template = make_inbox(root / "template.sqlite3")
+        self.env = clean_env(root)
+        self._serial = 0
+
+    def _next(self) -> Path:
+        self._serial += 1
+        return self.root / f"home{self._serial}"
+
+    def agentbox(self) -> dict[str, str]:
+        """The environment of an `agentbox` process whose home holds a fresh inbox."""
+        home = self._next()
+        copy_inbox(self.template, home / "inboxes" / "bench.sqlite3")
+        return {**self.env, "AGENTBOX_HOME": str(home), "AGENTBOX_USER": "bench"}
+
+    def inbox(self) -> Path:
+        """A fresh inbox file for a baseline program."""
+        return copy_inbox(self.template, self._next() / "inbox.sqlite3")
+
+
+def console_script(name: str = "agentbox") -> Path:
+    """The installed console script beside this interpreter (the venv's bin)."""
+    script = Path(sys.executable).parent / name
+    if not script.exists():
+        raise SystemExit(f"{script} not found: run the benchmarks with the Python of the "
+                         "environment where agentbox is installed")
+    return script

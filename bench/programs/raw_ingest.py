@@ -1,0 +1,73 @@
+"""The baseline: a bare Python program storing events with sqlite3 alone.
+
+It does the durable writes ``agentbox ingest`` does (the event row and its
+history row in one BEGIN IMMEDIATE transaction, WAL, synchronous=FULL) with
+nothing else imported, so the difference is what agentbox adds.
+
+    raw_ingest.py DB SOURCE SOURCE_ID PAYLOAD   one event
+    raw_ingest.py DB --jsonl                    JSON lines on stdin, one transaction
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+
+EVENT = """INSERT INTO events (source, source_id, payload, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
+HISTORY = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
+             VALUES (?, 'event', ?, 'stored', NULL, NULL)"""
+
+
+def connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def canonical(text: str | bytes) -> str:
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def store(conn: sqlite3.Connection, items: list[tuple[str, str, str]], now: int) -> int:
+    """Store events in one transaction; how many were new."""
+    stored = 0
+    conn.execute("BEGIN IMMEDIATE")
+    for source, source_id, payload in items:
+        row = conn.execute(EVENT, (source, source_id, payload, now, now)).fetchone()
+        if row is not None:
+            conn.execute(HISTORY, (now, str(row[0])))
+            stored += 1
+    conn.execute("COMMIT")
+    return stored
+
+
+def store_one(path: str, source: str, source_id: str, payload: str) -> None:
+    conn = connect(path)
+    stored = store(conn, [(source, source_id, canonical(payload))], int(time.time()))
+    conn.close()
+    print(f"{'stored' if stored else 'duplicate'} {source}/{source_id}")
+
+
+def store_lines(path: str) -> None:
+    items = []
+    for raw in sys.stdin.buffer:
+        doc = json.loads(raw)
+        items.append((doc["source"], doc["source_id"],
+                      json.dumps(doc["payload"], sort_keys=True, separators=(",", ":"),
+                                 ensure_ascii=False)))
+    conn = connect(path)
+    stored = store(conn, items, int(time.time()))
+    conn.close()
+    print(f"{stored} stored")
+
+
+if __name__ == "__main__":
+    if sys.argv[2:] == ["--jsonl"]:
+        store_lines(sys.argv[1])
+    else:
+        store_one(*sys.argv[1:5])

@@ -1,0 +1,162 @@
+"""Run cycle: acquire + claim + finish + release per event, engine against hand-written SQL.
+
+One cycle is what `agentbox run` does to the database for one event (the
+handler left out): take the lease, claim one pending event, mark it done,
+release the lease, four durable transactions. The baseline issues the same
+statements the engine does (lease fence, requeue and dead checks, history
+rows) straight through sqlite3, into its own inbox holding the same events.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from benchlib import (
+    INSERT_HISTORY,
+    T0,
+    interleaved,
+    make_inbox,
+    median,
+    options,
+    payload,
+    progress,
+    rate_row,
+    raw_connect,
+    report,
+    timed,
+    warn_if_memory,
+    workdir,
+)
+
+TTL = 120
+MAX_ATTEMPTS = 3
+HOLDER = "bench:1:cafe"
+
+
+class HandWritten:
+    """The statements of one run, written out as a careful bare-sqlite3 program would."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def _holds(self, generation: int, now: int) -> bool:
+        row = self.conn.execute("SELECT holder, generation, until FROM lease").fetchone()
+        return row is not None and row[0] == HOLDER and row[1] == generation and row[2] >= now
+
+    def acquire(self, now: int) -> int:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        row = c.execute("SELECT holder, generation, until FROM lease").fetchone()
+        generation = 1 if row is None else row[1] + 1 if row[2] < now else row[1]
+        c.execute("""INSERT INTO lease (one, holder, generation, until, acquired_at)
+                     VALUES (1, ?, ?, ?, ?)
+                     ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
+                         generation = excluded.generation, until = excluded.until,
+                         acquired_at = excluded.acquired_at""",
+                  (HOLDER, generation, now + TTL, now))
+        c.execute("COMMIT")
+        return generation
+
+    def claim(self, generation: int, now: int) -> list[int]:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        assert self._holds(generation, now)
+        abandoned = c.execute("""SELECT id, attempts, claim_gen FROM events
+                                 WHERE status = 'running' AND claim_gen < ?""",
+                              (generation,)).fetchall()
+        assert not abandoned
+        c.execute("""UPDATE events SET status = 'dead', updated_at = ?,
+                         error = 'too many attempts (' || attempts || ')'
+                     WHERE status = 'pending' AND attempts >= ? RETURNING id""",
+                  (now, MAX_ATTEMPTS)).fetchall()
+        c.execute("""SELECT id FROM events WHERE status = 'pending' AND attempts > 0
+                     AND available_at <= ? ORDER BY id LIMIT 1""", (now,)).fetchone()
+        claimed = c.execute(
+            """UPDATE events SET status = 'running', attempts = attempts + 1, claim_gen = ?,
+                   updated_at = ? WHERE id IN (SELECT id FROM events WHERE status = 'pending'
+                   AND available_at <= ? ORDER BY id LIMIT 1) RETURNING id, attempts""",
+            (generation, now, now)).fetchall()
+        c.executemany(INSERT_HISTORY, [(now, "event", str(i), "claimed", generation,
+                                        f"attempt {n}") for i, n in claimed])
+        c.execute("COMMIT")
+        return [i for i, _ in claimed]
+
+    def finish(self, generation: int, now: int, ids: list[int]) -> None:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        assert self._holds(generation, now)
+        mine = c.execute(f"""SELECT COUNT(*) FROM events WHERE id IN ({",".join("?" * len(ids))})
+                             AND status = 'running' AND claim_gen = ?""",
+                         [*ids, generation]).fetchone()[0]
+        assert mine == len(ids)
+        c.executemany("UPDATE events SET status = 'done', error = NULL, updated_at = ? "
+                      "WHERE id = ?", [(now, i) for i in ids])
+        c.executemany(INSERT_HISTORY, [(now, "event", str(i), "finished", generation, None)
+                                       for i in ids])
+        c.execute("COMMIT")
+
+    def release(self, generation: int, now: int) -> None:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        assert self._holds(generation, now)
+        c.execute("UPDATE lease SET until = ? WHERE one = 1", (now - 1,))
+        c.execute("COMMIT")
+
+    def cycle(self) -> int:
+        generation = self.acquire(T0)
+        ids = self.claim(generation, T0)
+        self.finish(generation, T0, ids)
+        self.release(generation, T0)
+        return len(ids)
+
+
+def main() -> None:
+    args = options(__doc__.splitlines()[0])
+    per_slice, rounds = (5, 6) if args.quick else (10, 60)
+    total = per_slice * rounds
+    from agentbox.engine.policy import Policy
+    from agentbox.engine.store import SqliteStore
+
+    policy = Policy(max_batch=1, max_attempts=MAX_ATTEMPTS, lease_ttl=TTL)
+    events = [("github", f"delivery-{i}", payload(i)) for i in range(total)]
+    with workdir(args, "run-cycle") as root:
+        warn_if_memory(root)
+        store = SqliteStore(make_inbox(root / "engine.sqlite3"))
+        store.ingest_many(events, T0)
+        prepared = SqliteStore(make_inbox(root / "raw.sqlite3"))
+        prepared.ingest_many(events, T0)
+        prepared.close()
+        hand = HandWritten(raw_connect(root / "raw.sqlite3"))
+
+        def engine_cycle() -> int:
+            generation = store.acquire(HOLDER, T0, TTL)
+            assert generation is not None
+            claimed = store.claim(HOLDER, generation, T0, policy)
+            assert claimed is not None
+            store.finish(HOLDER, generation, T0, [e.id for e in claimed])
+            store.release(HOLDER, generation, T0)
+            return len(claimed)
+
+        def subject() -> float:
+            return per_slice / timed(lambda: [engine_cycle() for _ in range(per_slice)])
+
+        def baseline() -> float:
+            return per_slice / timed(lambda: [hand.cycle() for _ in range(per_slice)])
+
+        progress(f"run cycle: {rounds} slices of {per_slice} events each way")
+        rates = interleaved(rounds, {"s": subject, "b": baseline})
+        done = (store.status().events["done"],
+                hand.conn.execute("SELECT n FROM state_counts WHERE tbl = 'events' "
+                                  "AND state = 'done'").fetchone()[0])
+        store.close()
+        hand.conn.close()
+    if done != (total, total):
+        raise SystemExit(f"events done (engine, hand-written): {done}, expected {total} each")
+    report([rate_row("run cycle: acquire+claim+finish+release, engine vs hand SQL",
+                     median(rates["s"]), median(rates["b"]), 0.7,
+                     note=f"median of {rounds} slices of {per_slice} one-event cycles "
+                     "(4 durable transactions each)")], args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Scale: claim/finish, status and dead list on 1,000,000 events against 10,000.
+
+Both inboxes are made by the engine (the real schema, triggers included)
+and then filled with plain SQL in one transaction: mostly done events with
+their history (stored, claimed, finished), the same 50 dead events spread
+through the table and the same few hundred pending events at the end. The
+operations are then timed through the engine, alternating between the two
+inboxes; the ratio is big over small, so 1.0 means size costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from benchlib import (
+    T0,
+    Row,
+    filled_inbox,
+    interleaved,
+    median,
+    options,
+    progress,
+    report,
+    time_row,
+    timed,
+    warn_if_memory,
+    workdir,
+)
+
+DEAD = 50
+BATCH = 10  # events per claim
+HOLDER = "bench:1:cafe"
+
+_FILL = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :total),
+k(i, state) AS (
+    SELECT i, CASE WHEN i > :total - :pending THEN 'pending'
+                   WHEN i % :dead_every = 0 AND i <= :dead_every * :dead THEN 'dead'
+                   ELSE 'done' END FROM n)
+INSERT INTO events (id, source, source_id, payload, status, attempts, claim_gen, error,
+                    created_at, updated_at)
+SELECT i, 'github', 'delivery-' || i,
+       '{"action":"opened","number":' || i || ',"repo":"octo/bench","text":"look"}',
+       state,
+       CASE state WHEN 'pending' THEN 0 WHEN 'dead' THEN 3 ELSE 1 END,
+       CASE state WHEN 'pending' THEN NULL ELSE 1 END,
+       CASE state WHEN 'dead' THEN 'too many attempts (3); last: handler exited 1' END,
+       :t0 - :total + i, :t0 - :total + i
+FROM k"""
+
+_HISTORY = """
+INSERT INTO history (at, subject, subject_id, action, generation, detail)
+SELECT e.updated_at, 'event', CAST(e.id AS TEXT), a.action,
+       CASE WHEN a.action = 'stored' THEN NULL ELSE 1 END, NULL
+FROM events AS e JOIN (SELECT 1 AS k, 'stored' AS action UNION ALL
+                       SELECT 2, 'claimed' UNION ALL SELECT 3, 'finished') AS a
+  ON a.k = 1 OR e.status <> 'pending'
+ORDER BY e.id, a.k"""
+
+
+def build(path: Path, total: int, pending: int) -> Path:
+    return filled_inbox(path, (_FILL, {"total": total, "pending": pending,
+                                       "dead_every": (total - pending) // DEAD, "dead": DEAD,
+                                       "t0": T0}), (_HISTORY, {}))
+
+
+def main() -> None:
+    args = options(__doc__.splitlines()[0])
+    if args.quick:
+        big, small, claim_rounds, read_rounds = 50_000, 2_000, 5, 20
+    else:
+        big, small, claim_rounds, read_rounds = 1_000_000, 10_000, 25, 200
+    pending = claim_rounds * BATCH * 2 + 10  # warm-up and timed claims never run dry
+    from agentbox.engine.policy import Policy
+    from agentbox.engine.store import SqliteStore
+
+    policy = Policy(max_batch=BATCH)
+    with workdir(args, "scale") as root:
+        warn_if_memory(root)
+        progress(f"scale: building inboxes of {big:,} and {small:,} events")
+        stores = {name: SqliteStore(build(root / f"{name}.sqlite3", n, pending))
+                  for name, n in (("big", big), ("small", small))}
+        generations = {name: s.acquire(HOLDER, T0, 10**9) for name, s in stores.items()}
+        for name, s in stores.items():
+            dead = len(s.dead())
+            if dead != DEAD:
+                raise SystemExit(f"{name} inbox has {dead} dead events, not {DEAD}")
+
+        def claim_finish(name: str) -> float:
+            s, generation = stores[name], generations[name]
+            assert generation is not None
+
+            def go() -> None:
+                claimed = s.claim(HOLDER, generation, T0, policy)
+                assert claimed is not None and len(claimed) == BATCH
+                assert s.finish(HOLDER, generation, T0, [e.id for e in claimed])
+            return timed(go)
+
+        def status(name: str) -> float:
+            return timed(stores[name].status)
+
+        def dead_list(name: str) -> float:
+            return timed(stores[name].dead)
+
+        rows: list[Row] = []
+        op: Callable[[str], float]
+        for label, op, rounds in (("claim+finish", claim_finish, claim_rounds),
+                                  ("status", status, read_rounds),
+                                  ("dead list", dead_list, read_rounds)):
+            progress(f"scale: {label}, {rounds} rounds each")
+            sides = {"big": partial(op, "big"), "small": partial(op, "small")}
+            interleaved(1, sides)  # warm-up
+            times = interleaved(rounds, sides)
+            rows.append(time_row(f"scale: {label}, {big:,} events vs {small:,}",
+                                 median(times["big"]), median(times["small"]), 1.5,
+                                 note=f"median of {rounds}; subject is the big inbox"))
+        for s in stores.values():
+            s.close()
+    report(rows, args)
+
+
+if __name__ == "__main__":
+    main()
