@@ -182,6 +182,17 @@ def test_sender_timeout_at_most_once_is_uncertain_until_resolved(
     assert sender.calls()[1]["key"] != doc["key"]
 
 
+def test_a_sender_ending_by_a_signal_means_not_known(cli: Callable[..., Any],
+                                                     cli_queue: Queue) -> None:
+    cli_queue(T, "ambiguous")
+    result = cli("dispatch", "--json", "--mode", "at-most-once", "--", "sh", "-c",
+                 "cat >/dev/null; kill -TERM $$", now=T)
+    assert result.code == 1
+    doc = json.loads(result.out)
+    assert (doc["outcome"], doc["error"]) == ("unknown", "sender killed by signal 15")
+    assert [r["state"] for r in outbox_rows(cli)] == ["uncertain"]
+
+
 def test_resolve_exit_codes(cli: Callable[..., Any], cli_queue: Queue, sender: Any) -> None:
     unknown = cli("outbox", "resolve", "no-such-key", "--sent")
     assert unknown.code == 65 and "no dispatch" in unknown.err
