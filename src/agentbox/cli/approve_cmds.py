@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.run_cmd import duration_flag
+from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
 
 approve_app = typer.Typer(help="Approvals: a request, then one answer or its expiry.",
                           no_args_is_help=True)
@@ -21,10 +21,11 @@ def approve_request(
     ctx: typer.Context,
     request_id: RequestId,
     expires_in: Annotated[str, typer.Option(
-        "--expires-in", help="How long the answer may take (15m, 4h, 1d); then it is "
+        "--expires-in", metavar="DURATION",
+        help="How long the answer may take (15m, 4h, 1d); then it is "
         "expired.", show_default=False)],
     action: Annotated[str, typer.Option(
-        "--action", help="What is being approved, in words.", show_default=False)],
+        "--action", metavar="TEXT", help="What is being approved, in words.", show_default=False)],
     as_json: JsonFlag = False,
 ) -> None:
     """Ask for an approval; its answer, or its expiry, comes back as an `approval` event.

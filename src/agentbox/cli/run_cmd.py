@@ -17,7 +17,8 @@ HandlerArgv = Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
     metavar="[-- CMD ARGS...]", help="The handler command and its arguments, after --.",
     show_default=False)]
 HandlerOption = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--handler", help="The handler command, split like a shell would (no shell runs it). "
+    "--handler", metavar="CMD",
+    help="The handler command, split like a shell would (no shell runs it). "
     "Default: the `handler` setting.", show_default=False)]
 
 
@@ -45,7 +46,8 @@ def run(
     command: HandlerArgv = None,
     handler: HandlerOption = None,
     timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--timeout", help="Stop the handler after this long (default: handler_timeout).",
+        "--timeout", metavar="DURATION",
+        help="Stop the handler after this long (default: handler_timeout).",
         show_default=False)] = None,
     until_empty: Annotated[bool, typer.Option(
         "--until-empty", help="Repeat runs until nothing is left to claim (stops at the "
@@ -84,7 +86,7 @@ def run(
         for report in reports:
             render.line(report.describe())
     last = reports[-1] if reports else None
-    if until_empty and len(reports) >= MAX_RUNS and code == 0:
+    if until_empty and code == 0 and last is not None and last.outcome != "idle":
         render.notice(f"stopped after {MAX_RUNS} runs; more events may be waiting")
     if code != 0:
         render.error(last.error if last is not None and last.error else "interrupted")

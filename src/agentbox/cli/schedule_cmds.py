@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.run_cmd import duration_flag
+from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
 
 if TYPE_CHECKING:
     from agentbox.engine.timers import Timer
@@ -46,22 +46,25 @@ def _every(seconds: int | None) -> str:
 @schedule_app.command("add")
 def schedule_add(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The timer's name; events are keyed "
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The timer's name; events are keyed "
                                         "NAME@scheduled-time.")],
     every: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--every", help="Repeat at this interval (90s, 15m, 4h, 1d).",
+        "--every", metavar="DURATION", help="Repeat at this interval (90s, 15m, 4h, 1d).",
         show_default=False)] = None,
     start: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--start", help="First occurrence of an --every timer (Unix seconds, ISO 8601, "
+        "--start", metavar="TIME",
+        help="First occurrence of an --every timer (Unix seconds, ISO 8601, "
         "'now' or '+DURATION'); default: now.", show_default=False)] = None,
     at: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--at", help="Fire once at this time (Unix seconds, ISO 8601, 'now' or '+DURATION').",
+        "--at", metavar="TIME",
+        help="Fire once at this time (Unix seconds, ISO 8601, 'now' or '+DURATION').",
         show_default=False)] = None,
     payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--payload", "-p", help="JSON object carried by every event (default {}).",
+        "--payload", "-p", metavar="JSON", help="JSON object carried by every event (default {}).",
         show_default=False)] = None,
     catch_up: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--catch-up", help="Missed occurrences: 'coalesce' into one event (default) or "
+        "--catch-up", metavar="coalesce|each",
+        help="Missed occurrences: 'coalesce' into one event (default) or "
         "'each' their own event, up to catch_up_limit.", show_default=False)] = None,
     replace: Annotated[bool, typer.Option(
         "--replace", help="Change an existing timer of this name (and re-arm its due "
@@ -123,7 +126,7 @@ def schedule_list(
 @schedule_app.command("remove")
 def schedule_remove(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The timer to remove.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The timer to remove.")],
 ) -> None:
     """Remove a timer (an approval's pending expiry cannot be removed)."""
     from agentbox import render

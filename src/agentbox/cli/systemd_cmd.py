@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.run_cmd import HandlerArgv, HandlerOption, duration_flag, handler_flag
+from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
+from agentbox.cli.run_cmd import HandlerArgv, HandlerOption, handler_flag
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                    "@%+=:,./-_$")
@@ -90,10 +91,10 @@ def systemd(
     ctx: typer.Context,
     command: HandlerArgv = None,
     every: Annotated[str, typer.Option(
-        "--every", help="How often the timer fires `agentbox run`.")] = "1m",
+        "--every", metavar="DURATION", help="How often the timer fires `agentbox run`.")] = "1m",
     handler: HandlerOption = None,
     directory: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--dir", help="Write the two unit files into DIR instead of printing them "
+        "--dir", metavar="DIR", help="Write the two unit files into DIR instead of printing them "
         "(e.g. ~/.config/systemd/user).", file_okay=False, show_default=False)] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -1,0 +1,107 @@
+"""Helpers for the run tests: the handler program, polling (no fixed sleeps: the
+machine is shared), and reading what a run left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agentbox.engine.store import SqliteStore
+
+HANDLER = r'''
+import argparse, json, os, subprocess, sys, time
+
+p = argparse.ArgumentParser()
+p.add_argument("--started")                     # write our pid (and a grandchild's) here
+p.add_argument("--grandchild", action="store_true")  # leave a `sleep` in our group
+p.add_argument("--wait-for")                    # block until this file exists
+p.add_argument("--sleep", type=float, default=0)
+p.add_argument("--record")                      # append the batch and env as a JSON line
+p.add_argument("--fail-on")                     # exit 1 if a payload carries this key
+p.add_argument("--exit", type=int, default=0)
+p.add_argument("--stderr", default="")
+p.add_argument("--answer")                      # print this instead of the default answer
+args = p.parse_args()
+
+batch = json.loads(sys.stdin.read())
+if args.record:
+    env = {k: v for k, v in os.environ.items() if k.startswith("AGENTBOX_")}
+    with open(args.record, "a") as fh:
+        fh.write(json.dumps({"batch": batch, "env": env}) + "\n")
+if args.started:
+    pids = [os.getpid()]
+    if args.grandchild:
+        pids.append(subprocess.Popen(["sleep", "300"]).pid)
+    with open(args.started + ".tmp", "w") as fh:
+        fh.write(" ".join(map(str, pids)))
+    os.replace(args.started + ".tmp", args.started)
+if args.wait_for:
+    deadline = time.monotonic() + 120
+    while not os.path.exists(args.wait_for) and time.monotonic() < deadline:
+        time.sleep(0.05)
+time.sleep(args.sleep)
+if args.stderr:
+    print(args.stderr, file=sys.stderr)
+if args.fail_on and any(args.fail_on in e["payload"] for e in batch["events"]):
+    print("cannot handle " + args.fail_on, file=sys.stderr)
+    sys.exit(1)
+if args.exit:
+    sys.exit(args.exit)
+if args.answer is not None:
+    sys.stdout.write(args.answer)
+else:
+    ids = ",".join(e["source_id"] for e in batch["events"])
+    json.dump({"messages": ["handled " + ids]}, sys.stdout)
+'''
+
+T0 = 1_000_000
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
+    """Poll until ``condition()`` is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """A process exists and is not a zombie waiting for its reaper."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def started_pids(path: Path) -> list[int]:
+    wait_for(path.exists, f"the handler to write {path.name}")
+    return [int(p) for p in path.read_text().split()]
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    """What the handler recorded: one {"batch", "env"} per run."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def event_state(store: SqliteStore, source_id: str, source: str = "chat") -> tuple[str, int]:
+    event = store.find(source, source_id)
+    assert event is not None, f"no event {source}/{source_id}"
+    return event.status, event.attempts
+
+
+def actions(store: SqliteStore, event_id: int) -> list[str]:
+    return [entry.action for entry in store.story(event_id)]
+
+
+def finish_proc(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
