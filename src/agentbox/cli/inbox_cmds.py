@@ -83,23 +83,26 @@ def _describe(result: IngestResult) -> str:
 def ingest(
     ctx: typer.Context,
     source: Annotated[Optional[str], typer.Argument(  # noqa: UP045
-        help="Where the event comes from (github, stripe, chat, …).", show_default=False)] = None,
+        metavar="SOURCE", help="Where the event comes from (github, stripe, chat, …).",
+        show_default=False)] = None,
     source_id: Annotated[Optional[str], typer.Argument(  # noqa: UP045
-        help="The source's own id for it (a delivery id).", show_default=False)] = None,
+        metavar="SOURCE_ID", help="The source's own id for it (a delivery id).",
+        show_default=False)] = None,
     payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--payload", "-p", help="The event as a JSON object (default {}).",
+        "--payload", "-p", metavar="JSON", help="The event as a JSON object (default {}).",
         show_default=False)] = None,
     payload_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--payload-file", "-f", help="Read the JSON object from FILE, or stdin for '-'.",
-        show_default=False)] = None,
+        "--payload-file", "-f", metavar="FILE",
+        help="Read the JSON object from FILE, or stdin for '-'.", show_default=False)] = None,
     jsonl: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--jsonl", help="Ingest many: one {\"source\",\"source_id\",\"payload\"} per line, "
+        "--jsonl", metavar="FILE",
+        help="Ingest many: one {\"source\",\"source_id\",\"payload\"} per line, "
         "from FILE or stdin for '-'.", show_default=False)] = None,
     signature: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--signature", help="Check this signature of the raw body first: 'sha256=<hex>' "
-        "(GitHub) or 't=…,v1=…' (Stripe).", show_default=False)] = None,
+        "--signature", metavar="SIG", help="Check this signature of the raw body first: "
+        "'sha256=<hex>' (GitHub) or 't=…,v1=…' (Stripe).", show_default=False)] = None,
     secret_env: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--secret-env", help="Environment variable holding the signing secret.",
+        "--secret-env", metavar="VAR", help="Environment variable holding the signing secret.",
         show_default=False)] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -260,7 +263,7 @@ def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
 
     rows = [event_doc(e) for e in _store(ctx)[1].dead(limit)]
     render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
-                   as_json, title="dead events", empty="no dead events",
+                   as_json, title="dead events", empty="none",
                    human={"updated_at": render.when})
 
 

@@ -1,0 +1,1 @@
+complete --command agentbox --no-files --arguments "(env _AGENTBOX_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) agentbox)" --condition "env _AGENTBOX_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) agentbox"

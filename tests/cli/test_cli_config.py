@@ -1,0 +1,166 @@
+"""`config show | set | path`, and what a broken config.toml does to every command."""
+
+from __future__ import annotations
+
+import json
+import stat
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+T0 = 1_000_000
+
+Cli = Callable[..., Any]
+
+
+def shown(cli: Cli, *flags: str) -> dict[str, dict[str, Any]]:
+    result = cli(*flags, "config", "show", "--json")
+    assert result.code == 0, result.err
+    return {row["key"]: row for row in json.loads(result.out)}
+
+
+def test_path_is_under_agentbox_home(cli: Cli, home: Path) -> None:
+    result = cli("config", "path")
+    assert (result.code, result.out) == (0, f"{home / 'config.toml'}\n")
+    assert not home.exists()  # asking where it lives creates nothing
+
+
+def test_show_defaults(cli: Cli, home: Path) -> None:
+    rows = shown(cli)
+    assert rows["lease_ttl"]["value"] == 120 and rows["lease_ttl"]["origin"] == "default"
+    assert rows["max_attempts"]["value"] == 3
+    assert rows["outbox_gap"]["value"] == 3600
+    assert rows["max_payload"]["value"] == 256 * 1024
+    assert rows["retry_backoff"]["value"] == 0
+    assert rows["delivery"]["value"] == "at-least-once"
+    assert rows["handler"]["value"] is None
+    for row in rows.values():
+        assert set(row) == {"key", "value", "origin", "help"} and row["help"]
+    assert not home.exists()
+
+
+def test_bare_config_is_config_show(cli: Cli) -> None:
+    bare = cli("config", "--json")
+    assert bare.code == 0
+    assert json.loads(bare.out) == json.loads(cli("config", "show", "--json").out)
+    table = cli("config")
+    assert table.code == 0 and "lease_ttl" in table.out
+
+
+def test_set_for_the_user_and_for_everyone(cli: Cli, home: Path) -> None:
+    assert cli("config", "set", "lease_ttl", "15m").code == 0
+    result = cli("config", "set", "max_attempts", "5", "--all-users", "--json")
+    assert result.code == 0
+    assert json.loads(result.out) == {"key": "max_attempts", "value": 5, "user": None,
+                                      "path": str(home / "config.toml")}
+    assert cli("config", "set", "handler", "python3 agent.py --fast").code == 0
+    assert cli("config", "set", "sender", "123").code == 0
+    doc = tomllib.loads((home / "config.toml").read_text())
+    assert doc == {"max_attempts": 5,
+                   "users": {"alice": {"lease_ttl": "15m", "handler": "python3 agent.py --fast",
+                                       "sender": "123"}}}
+    rows = shown(cli)
+    assert (rows["lease_ttl"]["value"], rows["lease_ttl"]["origin"]) == (
+        900, "config [users.alice]")
+    assert (rows["max_attempts"]["value"], rows["max_attempts"]["origin"]) == (5, "config")
+    assert rows["handler"]["value"] == ["python3", "agent.py", "--fast"]
+    assert rows["sender"]["value"] == ["123"]
+    # another user sees the shared default but not alice's table
+    bob = shown(cli, "--user", "bob")
+    assert bob["lease_ttl"]["origin"] == "default" and bob["max_attempts"]["value"] == 5
+    assert stat.S_IMODE((home / "config.toml").stat().st_mode) == 0o600
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # no temp file left
+
+
+def test_set_human_output(cli: Cli, home: Path) -> None:
+    result = cli("config", "set", "outbox_gap", "30m")
+    assert result.out == f"outbox_gap = '30m' for user alice in {home / 'config.toml'}\n"
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("max_attempts", "0", "at least 1"),
+    ("max_attempts", "three", "whole number"),
+    ("lease_ttl", "soon", "not a duration"),
+    ("lease_ttl", "0", "positive"),
+    ("delivery", "twice", "at-least-once"),
+    ("handler", "'unclosed", "cannot split"),
+    ("no_such_key", "1", "unknown setting"),
+])
+def test_set_refuses_bad_values_and_writes_nothing(cli: Cli, home: Path, one_error: Any,
+                                                   snapshot: Any, key: str, value: str,
+                                                   needle: str) -> None:
+    assert cli("config", "set", "max_batch", "7").code == 0
+    before = snapshot(home)
+    result = cli("config", "set", key, value)
+    assert result.code == 2
+    assert needle in one_error(result.err)
+    assert snapshot(home) == before
+
+
+def test_set_with_bad_user_name_writes_nothing(cli: Cli, home: Path, one_error: Any) -> None:
+    result = cli("--user", "../x", "config", "set", "max_batch", "7")
+    assert result.code == 65
+    one_error(result.err)
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("max_batch = = 3\n", "invalid TOML"),
+    ("max_batch = 0\n", "max_batch"),
+    ("lease_ttl = 1.5\n", "lease_ttl"),
+    ("lease_ttl = true\n", "lease_ttl"),
+    ('delivery = "maybe"\n', "delivery"),
+    ("handler = [1, 2]\n", "handler"),
+    ("mystery = 1\n", "unknown setting 'mystery'"),
+    ("users = 3\n", "[users]"),
+    ("[users]\nalice = 3\n", "[users.alice]"),
+    ("[users.alice]\nmax_payload = -1\n", "[users.alice]"),
+])
+def test_a_broken_config_is_one_line_and_exit_2(cli: Cli, home: Path, one_error: Any,
+                                                text: str, needle: str) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text(text)
+    for argv in (["ingest", "s", "1"], ["config", "show"]):
+        result = cli(*argv, now=T0)
+        assert result.code == 2, (argv, result)
+        assert needle in one_error(result.err)
+    assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # nothing was stored
+    assert (home / "config.toml").read_text() == text
+    # commands that need no settings still work
+    assert cli("status", "--json", now=T0).code == 0
+
+
+def test_invalid_toml_is_never_overwritten(cli: Cli, home: Path, one_error: Any) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text("max_batch = = 3\n")
+    result = cli("config", "set", "max_batch", "2", "--all-users")
+    assert result.code == 2
+    assert "invalid TOML" in one_error(result.err)
+    assert (home / "config.toml").read_text() == "max_batch = = 3\n"
+
+
+def test_config_set_repairs_a_bad_value(cli: Cli, home: Path) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text("max_batch = 0\n")
+    assert cli("ingest", "s", "1", now=T0).code == 2
+    assert cli("config", "set", "max_batch", "2", "--all-users").code == 0
+    assert cli("ingest", "s", "1", now=T0).code == 0
+
+
+def test_config_that_is_not_utf8_is_one_line(cli: Cli, home: Path, one_error: Any) -> None:
+    home.mkdir()
+    (home / "config.toml").write_bytes(b"max_batch = 3 # \xff\n")
+    result = cli("config", "show")
+    assert result.code == 2
+    one_error(result.err)
+
+
+def test_another_users_bad_table_does_not_matter(cli: Cli, home: Path) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text("[users.bob]\nmax_batch = 0\n")
+    assert cli("ingest", "s", "1", now=T0).code == 0
+    assert cli("--user", "bob", "ingest", "s", "1", now=T0).code == 2

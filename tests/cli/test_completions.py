@@ -1,0 +1,99 @@
+"""The committed shell completions match the live CLI, and they complete for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "completions"
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("agentbox_completions_generate",
+                                                  FOLDER / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_committed_scripts_match_the_live_cli() -> None:
+    generate = _generator()
+    assert set(generate.SCRIPTS.values()) == {"agentbox.bash", "_agentbox", "agentbox.fish"}
+    for shell, name in generate.SCRIPTS.items():
+        committed = (FOLDER / name).read_text(encoding="utf-8")
+        assert committed == generate.generate(shell), (
+            f"completions/{name} is stale; run: python completions/generate.py")
+
+
+@pytest.mark.slow
+def test_stale_detects_a_changed_script(tmp_path: Path) -> None:
+    generate = _generator()
+    for name in generate.SCRIPTS.values():
+        shutil.copy(FOLDER / name, tmp_path / name)
+    assert generate.stale(tmp_path) == []
+    with (tmp_path / "_agentbox").open("a") as fh:
+        fh.write("# edited by hand\n")
+    (tmp_path / "agentbox.fish").unlink()
+    assert generate.stale(tmp_path) == ["_agentbox", "agentbox.fish"]
+
+
+def test_scripts_hold_no_machine_paths() -> None:
+    for name in ("agentbox.bash", "_agentbox", "agentbox.fish"):
+        text = (FOLDER / name).read_text(encoding="utf-8")
+        assert "agentbox" in text and "_AGENTBOX_COMPLETE" in text
+        for marker in (str(ROOT), str(Path.home()), sys.prefix, sys.executable, "/tmp/",
+                       "/home/", "/root", "site-packages"):
+            assert marker not in text, (name, marker)
+
+
+def test_zsh_script_is_a_compdef_file() -> None:
+    assert (FOLDER / "_agentbox").read_text().startswith("#compdef agentbox\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_bash_script_completes_commands_and_options(tmp_path: Path) -> None:
+    from agentbox.cli.app import app
+
+    # agentbox on PATH is the one under test: a shim running this interpreter
+    shim = tmp_path / "agentbox"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m agentbox "$@"\n')
+    shim.chmod(0o755)
+    script = f"""
+source "{FOLDER / 'agentbox.bash'}"
+complete_words() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=();
+                    _agentbox_completion agentbox; printf '%s\\n' "${{COMPREPLY[@]}}"; }}
+echo '--commands'; complete_words agentbox ''
+echo '--de'; complete_words agentbox de
+echo '--ingest'; complete_words agentbox ingest --sig
+"""
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in done.stdout.splitlines():
+        if line.startswith("--") and line[2:] in ("commands", "de", "ingest"):
+            current = line[2:]
+            sections[current] = []
+        elif line:
+            sections[current].append(line)
+    registered = {c.name for c in app.registered_commands if c.name} | {
+        g.name for g in app.registered_groups if g.name}
+    registered |= {c.callback.__name__.replace("_", "-") for c in app.registered_commands
+                   if c.name is None and c.callback is not None}
+    assert {"ingest", "status", "dead", "replay", "config"} <= set(sections["commands"])
+    assert registered <= set(sections["commands"])
+    assert sections["de"] == ["dead"]
+    assert sections["ingest"] == ["--signature"]

@@ -1,0 +1,109 @@
+"""config.toml: defaults < config < per-user config < flags; writes are checked and atomic."""
+
+from __future__ import annotations
+
+import stat
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from agentbox import config
+from agentbox.engine.policy import Policy
+from agentbox.errors import UsageError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_missing_file_means_defaults(tmp_path: Path) -> None:
+    settings = config.resolve(tmp_path / "absent.toml", "alice")
+    assert settings.policy == Policy()
+    assert settings.handler is None and settings.sender is None
+    assert set(settings.origins.values()) == {"default"}
+
+
+def test_layers(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", """
+max_attempts = 5
+lease_ttl = "2m"
+handler = "python3 agent.py"
+[users.alice]
+lease_ttl = "15m"
+outbox_gap = 60
+sender = ["notify-send", "agent"]
+[users.bob]
+max_attempts = 9
+""")
+    alice = config.resolve(path, "alice", {"max_batch": 7, "retry_backoff": None})
+    assert alice.policy.max_attempts == 5 and alice.policy.lease_ttl == 900
+    assert alice.policy.outbox_gap == 60 and alice.policy.max_batch == 7
+    assert alice.handler == ["python3", "agent.py"] and alice.sender == ["notify-send", "agent"]
+    assert alice.origins["max_attempts"] == "config"
+    assert alice.origins["lease_ttl"] == "config [users.alice]"
+    assert alice.origins["max_batch"] == "flag"
+    assert alice.origins["retry_backoff"] == "default"  # a None flag is no flag
+    bob = config.resolve(path, "bob")
+    assert bob.policy.max_attempts == 9 and bob.policy.lease_ttl == 120
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("max_batch = = 1", "invalid TOML"),
+    ("retry_backoff = -1", "retry_backoff"),
+    ("lease_ttl = 2.5", "lease_ttl"),
+    ("sender = []", "cannot be empty"),
+    ("unknown = 1", "unknown setting"),
+    ("[users.alice]\ndelivery = 1", "[users.alice]"),
+])
+def test_bad_files_are_usage_errors(tmp_path: Path, text: str, needle: str) -> None:
+    path = write(tmp_path / "c.toml", text)
+    with pytest.raises(UsageError) as caught:
+        config.resolve(path, "alice")
+    assert needle in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_retry_backoff_zero_turns_it_off(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", "retry_backoff = 0\n")
+    assert config.resolve(path, "alice").policy.retry_backoff == 0
+
+
+def test_set_value_types_and_scopes(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "config.toml"
+    assert config.set_value(path, "max_batch", "10", None) == 10
+    assert config.set_value(path, "lease_ttl", "90", "alice") == 90
+    assert config.set_value(path, "outbox_gap", "1h", "alice") == "1h"
+    assert config.set_value(path, "handler", "42", "alice") == "42"
+    assert config.set_value(path, "delivery", "at-most-once", "bob") == "at-most-once"
+    assert tomllib.loads(path.read_text()) == {
+        "max_batch": 10,
+        "users": {"alice": {"lease_ttl": 90, "outbox_gap": "1h", "handler": "42"},
+                  "bob": {"delivery": "at-most-once"}}}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
+    assert [p.name for p in path.parent.iterdir()] == ["config.toml"]
+
+
+def test_set_value_refuses_before_writing(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", "max_batch = 3\n")
+    for key, raw in (("max_batch", "0"), ("lease_ttl", "forever"), ("nope", "1")):
+        with pytest.raises(UsageError):
+            config.set_value(path, key, raw, "alice")
+    assert path.read_text() == "max_batch = 3\n"
+
+
+def test_set_value_refuses_a_users_entry_that_is_not_a_table(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", "[users]\nalice = 3\n")
+    with pytest.raises(UsageError, match=r"\[users.alice\] must be a table"):
+        config.set_value(path, "max_batch", "2", "alice")
+    assert path.read_text() == "[users]\nalice = 3\n"
+
+
+@pytest.mark.parametrize(("raw", "argv"), [
+    ("a b 'c d'", ["a", "b", "c d"]), (["x", "y z"], ["x", "y z"]),
+])
+def test_parse_command(raw: str | list[str], argv: list[str]) -> None:
+    assert config.parse_command(raw) == argv

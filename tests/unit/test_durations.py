@@ -1,0 +1,55 @@
+"""Durations (90s, 15m, 4h, 1d, 1h30m) and points in time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentbox.durations import MAX_SECONDS, format_duration, parse_duration, parse_time
+from agentbox.errors import BadInput
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90s", 90), ("15m", 900), ("4h", 14_400), ("1d", 86_400), ("1w", 604_800),
+    ("1h30m", 5_400), ("90", 90), (" 2M ", 120), (45, 45),
+])
+def test_parse(text: Any, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", [
+    "", "0", "0s", "-5", "1.5", "1.5h", "h", "1x", "1h 30m", "٣s", "²", True, 1.5, None, [],
+    f"{MAX_SECONDS + 1}",
+])
+def test_refused(text: Any) -> None:
+    with pytest.raises(BadInput):
+        parse_duration(text)
+
+
+@given(st.integers(min_value=1, max_value=MAX_SECONDS))
+def test_format_round_trips(seconds: int) -> None:
+    spelled = format_duration(seconds)
+    assert parse_duration(spelled) == seconds
+
+
+def test_format_is_shortest() -> None:
+    assert format_duration(5_400) == "1h30m"
+    assert format_duration(86_400) == "1d"
+    assert format_duration(0) == "0s"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("now", 1_000), ("+1h", 4_600), ("1700000000", 1_700_000_000), ("-5", -5),
+    ("2024-01-01T00:00:00Z", 1_704_067_200), ("2024-01-01T01:00:00+01:00", 1_704_067_200),
+])
+def test_parse_time(text: str, expected: int) -> None:
+    assert parse_time(text, 1_000) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "--5", "²", "+0", "+x", ""])
+def test_parse_time_refused(text: str) -> None:
+    with pytest.raises(BadInput):
+        parse_time(text, 1_000)

@@ -1,0 +1,109 @@
+"""Strict JSON in, canonical JSON out (rule 1's comparison)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentbox.errors import BadInput
+from agentbox.jsonutil import (
+    DEFAULT_MAX_PAYLOAD,
+    canonical,
+    canonical_object,
+    loads_strict,
+    parse_payload,
+    type_name,
+)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(exclude_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6), st.integers())
+def test_reordered_and_respaced_objects_share_one_canonical_form(obj: dict[str, Any],
+                                                                 seed: int) -> None:
+    rng = random.Random(seed)
+    spaced = json.dumps(_shuffled(obj, rng), indent=rng.choice([None, 1, 4]),
+                        ensure_ascii=rng.choice([True, False]))
+    assert parse_payload(spaced, 10**9) == parse_payload(json.dumps(obj), 10**9)
+    # and the canonical form is a fixed point
+    once = parse_payload(spaced, 10**9)
+    assert parse_payload(once, 10**9) == once
+
+
+def test_canonical_spelling() -> None:
+    assert canonical({"b": 1, "a": [1, {"d": None, "c": True}]}) == (
+        '{"a":[1,{"c":true,"d":null}],"b":1}')
+    assert canonical({"é": "☃"}) == '{"é":"☃"}'  # text, not \\u escapes
+
+
+def test_different_values_stay_different() -> None:
+    assert parse_payload('{"a": 1}') != parse_payload('{"a": "1"}')
+    assert parse_payload('{"a": [1, 2]}') != parse_payload('{"a": [2, 1]}')
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("NaN", "NaN"), ('{"a": -Infinity}', "Infinity"), ('{"a": 1e999}', "out of range"),
+    ("{", "not valid JSON"), ('{"a": 1} x', "not valid JSON"), ("", "not valid JSON"),
+    ('{"k": 1, "k": 1}', "duplicate key 'k'"), ('{"a": "\\udc00"}', "surrogate"),
+    ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+    ('{"n": ' + "9" * 4301 + "}", "digits"),
+])
+def test_refusals(text: str, needle: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        parse_payload(text, 10**9)
+    assert needle in str(caught.value)
+
+
+def test_invalid_utf8_bytes_name_the_byte() -> None:
+    with pytest.raises(BadInput, match=r"not valid UTF-8 \(byte 6\)"):
+        loads_strict(b'{"a": \xff}')
+
+
+def test_size_bound_counts_raw_bytes_before_parsing() -> None:
+    body = '{"s":"' + "é" * 10 + '"}'  # 10 characters, 20 bytes
+    assert parse_payload(body, len(body.encode())) == '{"s":"' + "é" * 10 + '"}'
+    with pytest.raises(BadInput, match=f"{len(body.encode())} bytes, over the"):
+        parse_payload(body, len(body.encode()) - 1)
+    # an oversized body is refused even when it is not JSON at all
+    with pytest.raises(BadInput, match="over the 4-byte limit"):
+        parse_payload(b"\xff" * 5, 4)
+    assert DEFAULT_MAX_PAYLOAD == 262_144
+
+
+@pytest.mark.parametrize(("value", "name"), [
+    (None, "null"), (True, "a boolean"), (1, "a number"), (1.5, "a number"), ("s", "a string"),
+    ([], "an array"), ({}, "an object"),
+])
+def test_type_names(value: Any, name: str) -> None:
+    assert type_name(value) == name
+    if not isinstance(value, dict):
+        with pytest.raises(BadInput, match=f"must be a JSON object, not {name}"):
+            canonical_object(value)
+
+
+def test_what_names_the_input_in_messages() -> None:
+    with pytest.raises(BadInput, match=r"^line is not valid JSON"):
+        loads_strict("{", "line")
+    with pytest.raises(BadInput, match=r"^body: "):
+        canonical_object({"x": float("inf")}, "body")
