@@ -8,7 +8,6 @@ instead of one failing half-way with "database is locked".
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -168,6 +167,8 @@ def _apply(conn: sqlite3.Connection, target: int) -> None:
     for statement in _split(MIGRATIONS[target - 1]):
         conn.execute(statement)
     if target == 1:
+        import secrets  # only when a file is created: not paid by every ingest
+
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("INSERT INTO meta (key, value) VALUES ('instance', ?)",
                      (secrets.token_hex(6),))

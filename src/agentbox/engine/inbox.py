@@ -9,7 +9,6 @@ retried row is claimed alone so a poison event cannot drag healthy ones down.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,6 +83,8 @@ def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str
     if stored == payload:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
+        import hashlib  # only for a conflict: keeps it off the ingest start-up path
+
         digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
         history.record(conn, now, "event", event_id, "conflict",
                        detail=f"refused a different payload (sha256 {digest}…)")

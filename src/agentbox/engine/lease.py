@@ -9,8 +9,6 @@ only slow when its replacement started cannot record anything.
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 import sqlite3
 from dataclasses import dataclass
 
@@ -26,6 +24,9 @@ class Lease:
 
 def new_holder_id() -> str:
     """A holder name unique to this process and never reused: host:pid:random."""
+    import secrets  # here, not at the top: `agentbox ingest` never needs them
+    import socket
+
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
