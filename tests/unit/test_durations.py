@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentbox.durations import MAX_SECONDS, format_duration, parse_duration, parse_time
@@ -29,6 +29,7 @@ def test_refused(text: Any) -> None:
         parse_duration(text)
 
 
+@settings(max_examples=60, deadline=None)  # a busy machine must not flake
 @given(st.integers(min_value=1, max_value=MAX_SECONDS))
 def test_format_round_trips(seconds: int) -> None:
     spelled = format_duration(seconds)
