@@ -24,7 +24,7 @@ __all__ = ["app", "main", "run"]
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line on stderr."""
     from typer import Abort
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
     from typer.main import get_command
 
     from agentbox import render
@@ -33,6 +33,11 @@ def run(argv: list[str] | None = None) -> int:
     command = get_command(app)
     try:
         result = command.main(args=argv, prog_name="agentbox", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        # A bare group: its help is the answer (rich has already printed it).
+        if exc.format_message().strip():
+            exc.show()
+        return int(exc.exit_code)
     except ClickException as exc:
         render.error(exc.format_message() + "  (try 'agentbox --help')")
         return int(exc.exit_code)

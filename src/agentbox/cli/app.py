@@ -8,6 +8,7 @@ of its speed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,7 +17,20 @@ import typer
 from agentbox import __version__
 from agentbox.cli.session import Session
 
+# The order `agentbox --help` lists commands in: the daily path first.
+COMMAND_ORDER = ("ingest", "run", "dispatch", "status", "dead", "replay", "schedule",
+                 "approve", "outbox", "scenarios", "config", "systemd")
+
+
+class _OrderedGroup(typer.core.TyperGroup):
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        names = super().list_commands(ctx)
+        rank = {name: n for n, name in enumerate(COMMAND_ORDER)}
+        return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
+
+
 app = typer.Typer(
+    cls=_OrderedGroup,
     name="agentbox",
     help="Durable inbox, lease, timers, approvals and paced outbox for an always-on agent.",
     no_args_is_help=True,
@@ -48,6 +62,9 @@ def root(
 ) -> None:
     """Durable inbox, lease, timers, approvals and paced outbox for an always-on agent."""
     session = Session(user_flag=user, db_flag=db)
+    if user is not None or os.environ.get("AGENTBOX_USER"):
+        # A name someone gave is checked at once, even where --db makes it unneeded.
+        session.user  # noqa: B018
     ctx.obj = session
     ctx.call_on_close(session.close)
 
