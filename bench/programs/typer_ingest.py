@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 from raw_ingest import store_one
 
-app = typer.Typer(add_completion=False)
+app = typer.Typer()  # the defaults, completion options included, as agentbox has them
 
 
 @app.command()
