@@ -1,0 +1,302 @@
+"""Random sequences of ingest, acquire, claim, finish, fail, crash, clock and replay.
+
+A small model of rules 1-4 runs beside a real SQLite store; after every step
+the store must agree with the model, and the invariants below must hold:
+
+- each (source, source_id) is stored once and its first payload stands;
+- a finish or fail from a stale generation never succeeds, nor changes a byte;
+- lease generations never decrease; attempts never exceed max_attempts;
+- every event is in exactly one state and none is lost;
+- a done event is never claimed again; the kept counts match a real count.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+)
+
+from agentbox.engine.policy import Policy
+from agentbox.engine.store import SqliteStore
+from engine.enginekit import EVENT_STATES, dump, real_counts
+
+T = 1_000_000
+TTL = 100
+WORKERS = ("A", "B")
+KEYS = (("hook", "1"), ("hook", "2"), ("hook", "3"), ("chat", "1"), ("chat", "2"),
+        ("chat", "3"), ("chat", "4"), ("timer", "t@1"))
+PAYLOADS = ('{"v":1}', '{"v":2}', '{"a":[1,2],"b":null}')
+
+
+@dataclass(frozen=True)
+class Row:
+    """The model of one inbox row."""
+
+    id: int
+    source: str
+    source_id: str
+    payload: str
+    status: str = "pending"
+    attempts: int = 0
+    claim_gen: int | None = None
+    available_at: int = 0
+
+
+@dataclass
+class WorkerModel:
+    """A worker process: its holder name, the lease generation it last got, and its claim.
+
+    The claim keeps the generation it was made under: a worker that stalls,
+    takes the lease back and then finishes its old claim speaks for that one.
+    """
+
+    holder: str
+    generation: int | None = None
+    claim_generation: int = 0
+    claimed: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+
+
+class EngineMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
+        self.store = SqliteStore(Path(self.dir) / "inbox.sqlite3", synchronous="OFF")
+        self.now = T
+        self.policy = Policy()
+        self.rows: dict[int, Row] = {}
+        self.lease: tuple[str, int, int] | None = None  # holder, generation, until
+        self.workers = {name: WorkerModel(f"{name}#0") for name in WORKERS}
+        self.restarts = 0
+        self.highest_generation = 0
+        self.ever_done: set[int] = set()
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- the model's reading of the rules --------------------------------------
+
+    def holds(self, holder: str, generation: int | None) -> bool:
+        return (self.lease is not None and self.lease[:2] == (holder, generation)
+                and self.lease[2] >= self.now)
+
+    def fenced(self, w: WorkerModel, ids: list[int]) -> bool:
+        return self.holds(w.holder, w.claim_generation) and all(
+            self.rows[i].status == "running" and self.rows[i].claim_gen == w.claim_generation
+            for i in ids)
+
+    def stale(self, w: WorkerModel) -> bool:
+        return w.claim_generation < self.highest_generation
+
+    def finish_expecting(self, w: WorkerModel, ids: list[int]) -> bool:
+        """Finish ``ids`` under the worker's claim; a refusal must change nothing."""
+        expected = self.fenced(w, ids)
+        before = None if expected else dump(self.store.conn)
+        got = self.store.finish(w.holder, w.claim_generation, self.now, ids)
+        assert got == expected
+        assert not (got and self.stale(w)), "a stale generation finished"
+        if not got:
+            assert dump(self.store.conn) == before
+        return got
+
+    # -- rules -------------------------------------------------------------------
+
+    @initialize(max_attempts=st.integers(1, 3), max_batch=st.integers(1, 4),
+                backoff=st.sampled_from([0, 7]),
+                backlog=st.lists(st.sampled_from(KEYS), min_size=1, max_size=5, unique=True))
+    def start(self, max_attempts: int, max_batch: int, backoff: int,
+              backlog: list[tuple[str, str]]) -> None:
+        """A policy, and a few events already waiting so runs have work from the start."""
+        self.policy = Policy(lease_ttl=TTL, max_attempts=max_attempts, max_batch=max_batch,
+                             retry_backoff=backoff, backoff_cap=20)
+        for key in backlog:
+            self.ingest(key, PAYLOADS[0])
+
+    @rule(key=st.sampled_from(KEYS), payload=st.sampled_from(PAYLOADS))
+    def ingest(self, key: tuple[str, str], payload: str) -> None:
+        result = self.store.ingest(*key, payload, self.now)
+        known = next((r for r in self.rows.values() if (r.source, r.source_id) == key), None)
+        if known is None:
+            assert result.outcome == "stored"
+            assert result.id not in self.rows
+            self.rows[result.id] = Row(result.id, *key, payload)
+        else:
+            assert result.id == known.id
+            assert result.outcome == ("duplicate" if payload == known.payload else "conflict")
+
+    @rule(name=st.sampled_from(WORKERS))
+    def acquire(self, name: str) -> None:
+        w = self.workers[name]
+        if self.lease is None:
+            expected: int | None = 1
+        elif self.lease[0] == w.holder and self.lease[2] >= self.now:
+            expected = self.lease[1]
+        elif self.lease[2] < self.now:
+            expected = self.lease[1] + 1
+        else:
+            expected = None
+        got = self.store.acquire(w.holder, self.now, TTL)
+        assert got == expected
+        if got is not None:
+            w.generation = got
+            self.lease = (w.holder, got, self.now + TTL)
+
+    @rule(name=st.sampled_from(WORKERS))
+    def release(self, name: str) -> None:
+        w = self.workers[name]
+        expected = self.holds(w.holder, w.generation)
+        before = None if expected else dump(self.store.conn)
+        assert self.store.release(w.holder, w.generation or 0, self.now) == expected
+        if expected:
+            self.lease = (w.holder, w.generation or 0, self.now - 1)
+        else:
+            assert dump(self.store.conn) == before
+
+    @rule(name=st.sampled_from(WORKERS))
+    def claim(self, name: str) -> None:
+        w = self.workers[name]
+        if not self.holds(w.holder, w.generation):
+            before = dump(self.store.conn)
+            assert self.store.claim(w.holder, w.generation or 0, self.now, self.policy) is None
+            assert dump(self.store.conn) == before
+            return
+        gen = w.generation
+        assert gen is not None
+        p = self.policy
+        for row in list(self.rows.values()):
+            if row.status == "running" and (row.claim_gen or 0) < gen:  # abandoned
+                self.rows[row.id] = replace(row, status="pending",
+                                            available_at=self.now + p.backoff(row.attempts))
+        for row in list(self.rows.values()):
+            if row.status == "pending" and row.attempts >= p.max_attempts:  # exhausted
+                self.rows[row.id] = replace(row, status="dead")
+        ready = sorted(r.id for r in self.rows.values()
+                       if r.status == "pending" and r.available_at <= self.now)
+        retries = [i for i in ready if self.rows[i].attempts > 0]
+        expected = retries[:1] if retries else ready[:p.max_batch]
+        got = self.store.claim(w.holder, gen, self.now, p)
+        assert got is not None
+        assert [e.id for e in got] == expected
+        assert not set(expected) & self.ever_done, "a done event was claimed again"
+        for i in expected:
+            row = self.rows[i]
+            self.rows[i] = replace(row, status="running", attempts=row.attempts + 1,
+                                   claim_gen=gen)
+        w.claimed, w.claim_generation = expected, gen
+
+    @rule(name=st.sampled_from(WORKERS))
+    def start_run(self, name: str) -> None:
+        """What a run does first: take the lease, then claim."""
+        self.acquire(name)
+        self.claim(name)
+
+    @rule(name=st.sampled_from(WORKERS))
+    def finish(self, name: str) -> None:
+        w = self.workers[name]
+        if self.finish_expecting(w, w.claimed):
+            for i in w.claimed:
+                self.rows[i] = replace(self.rows[i], status="done")
+                self.ever_done.add(i)
+            w.finished, w.claimed = w.claimed, []
+
+    @rule(name=st.sampled_from(WORKERS))
+    def finish_again(self, name: str) -> None:
+        """A finish repeated (a retried call) for rows already done: always refused."""
+        w = self.workers[name]
+        if w.finished:
+            assert not self.finish_expecting(w, w.finished)
+
+    @rule(name=st.sampled_from(WORKERS))
+    def fail(self, name: str) -> None:
+        w = self.workers[name]
+        expected = self.fenced(w, w.claimed)
+        before = None if expected else dump(self.store.conn)
+        got = self.store.fail(w.holder, w.claim_generation, self.now, w.claimed, "boom",
+                              self.policy)
+        assert got == expected
+        assert not (got and self.stale(w)), "a stale generation failed its rows"
+        if not got:
+            assert dump(self.store.conn) == before
+            return
+        for i in w.claimed:
+            row = self.rows[i]
+            last = row.attempts >= self.policy.max_attempts
+            self.rows[i] = replace(row, status="dead" if last else "pending",
+                                   available_at=self.now + self.policy.backoff(row.attempts))
+        w.claimed = []
+
+    @rule(name=st.sampled_from(WORKERS))
+    def crash(self, name: str) -> None:
+        """The process just stops; its replacement has a new holder name."""
+        self.restarts += 1
+        self.workers[name] = WorkerModel(f"{name}#{self.restarts}")
+
+    @rule(seconds=st.sampled_from([1, 5, TTL // 2, TTL, TTL + 1, 3 * TTL]))
+    def advance_clock(self, seconds: int) -> None:
+        self.now += seconds
+
+    @rule(ids=st.one_of(st.none(), st.lists(st.integers(1, len(KEYS) + 1), max_size=3)))
+    def replay(self, ids: list[int] | None) -> None:
+        dead = sorted(i for i, r in self.rows.items() if r.status == "dead"
+                      and (ids is None or i in ids))
+        assert self.store.replay(ids, self.now) == dead
+        for i in dead:
+            self.rows[i] = replace(self.rows[i], status="pending", attempts=0,
+                                   claim_gen=None, available_at=0)
+
+    # -- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        found = self.store.conn.execute(
+            """SELECT id, source, source_id, payload, status, attempts, claim_gen,
+                      available_at FROM events ORDER BY id""").fetchall()
+        assert [Row(*r) for r in found] == [self.rows[i] for i in sorted(self.rows)]
+
+    @invariant()
+    def each_key_stored_once(self) -> None:
+        assert self.store.conn.execute(
+            """SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY source, source_id
+               HAVING COUNT(*) > 1)""").fetchone()[0] == 0
+
+    @invariant()
+    def generations_never_decrease(self) -> None:
+        lease = self.store.lease()
+        assert (lease.holder, lease.generation, lease.until) == self.lease if lease else (
+            self.lease is None)
+        generation = lease.generation if lease else 0
+        assert generation >= self.highest_generation
+        self.highest_generation = generation
+
+    @invariant()
+    def attempts_within_bounds(self) -> None:
+        assert all(0 <= r.attempts <= self.policy.max_attempts for r in self.rows.values())
+
+    @invariant()
+    def every_event_in_exactly_one_state_and_counted(self) -> None:
+        kept = self.store.status().events
+        assert kept == real_counts(self.store.conn, "events", "status", EVENT_STATES)
+        assert sum(kept.values()) == len(self.rows)
+        model = {s: sum(r.status == s for r in self.rows.values()) for s in EVENT_STATES}
+        assert kept == model
+
+    @invariant()
+    def done_stays_done(self) -> None:
+        assert all(self.rows[i].status == "done" for i in self.ever_done)
+
+
+EngineMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_engine_rules = EngineMachine.TestCase
