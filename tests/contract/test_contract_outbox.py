@@ -1,0 +1,152 @@
+"""Store contract: the paced outbox — claim, settle, resend, park and resolve."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentbox.engine.outbox import Dispatch, Wait
+from agentbox.engine.store import Store
+from agentbox.errors import BadInput, NotAsAsked
+
+from .kit import T, say, states
+
+GAP = 3600
+TIMEOUT = 60
+
+
+def dispatch(store: Store, now: int, mode: str = "at-least-once") -> Dispatch:
+    found = store.claim_dispatch(now, mode, GAP, TIMEOUT)
+    assert isinstance(found, Dispatch), found
+    return found
+
+
+def wait(store: Store, now: int, mode: str = "at-least-once") -> Wait:
+    found = store.claim_dispatch(now, mode, GAP, TIMEOUT)
+    assert isinstance(found, Wait), found
+    return found
+
+
+def test_held_messages_go_out_merged_in_order_under_one_key(backend: Store) -> None:
+    assert wait(backend, T) == Wait(0, None)
+    say(backend, T, "one", "two")
+    say(backend, T + 1, "three")
+    sent = dispatch(backend, T + 2)
+    assert sent.body.split("\n\n") == ["one", "two", "three"]
+    assert (sent.tries, sent.urgent, sent.mode) == (1, False, "at-least-once")
+    assert len(sent.message_ids) == 3 and sent.deadline > T + 2
+    assert states(backend) == ["sending"] * 3
+    assert backend.settle_dispatch(sent.key, "sent", T + 3, attempt=1)
+    assert states(backend) == ["sent"] * 3
+    assert {m.sent_at for m in backend.outbox(("sent",))} == {T + 3}
+    assert backend.status().outbox == {"held": 0, "sending": 0, "sent": 3, "uncertain": 0}
+    assert not backend.settle_dispatch(sent.key, "sent", T + 4, attempt=1)  # settled already
+
+
+def test_the_gap_holds_messages_and_urgent_bypasses_it(backend: Store) -> None:
+    # the article's case 8: three updates inside an hour
+    sends = []
+    for n, minute in enumerate((0, 10, 20)):
+        now = T + minute * 60
+        say(backend, now, f"update {n}")
+        found = backend.claim_dispatch(now, "at-least-once", GAP, TIMEOUT)
+        if isinstance(found, Dispatch):
+            sends.append(found.body.replace("\n\n", " | "))
+            assert backend.settle_dispatch(found.key, "sent", now, attempt=found.tries)
+        else:
+            assert found.until == T + GAP
+    merged = dispatch(backend, T + 61 * 60)
+    sends.append(merged.body.replace("\n\n", " | "))
+    assert sends == ["update 0", "update 1 | update 2"]
+    assert backend.settle_dispatch(merged.key, "sent", T + 61 * 60, attempt=1)
+
+    say(backend, T + 62 * 60, "routine")
+    assert wait(backend, T + 62 * 60).held == 1
+    say(backend, T + 63 * 60, "the site is down", urgent=True)
+    urgent = dispatch(backend, T + 63 * 60)
+    assert urgent.urgent and urgent.body == "routine\n\nthe site is down"
+
+
+def test_a_failed_send_holds_the_rows_again_and_does_not_use_the_gap(backend: Store) -> None:
+    say(backend, T, "hello")
+    first = dispatch(backend, T)
+    assert backend.settle_dispatch(first.key, "failed", T + 1, "channel said no", attempt=1)
+    [message] = backend.outbox()
+    assert (message.state, message.error) == ("held", "channel said no")
+    again = dispatch(backend, T + 2)  # no gap to wait out: nothing went out
+    assert again.key != first.key and again.body == "hello"
+
+
+def test_unknown_at_least_once_is_resent_under_the_same_key(backend: Store) -> None:
+    say(backend, T, "hello")
+    first = dispatch(backend, T)
+    assert backend.settle_dispatch(first.key, "unknown", T + 1, "killed", attempt=1)
+    assert wait(backend, first.deadline).in_flight == 1  # not before the deadline
+    resend = dispatch(backend, first.deadline + 1)  # within the gap, still resent
+    assert (resend.key, resend.body, resend.message_ids, resend.tries) == (
+        first.key, first.body, first.message_ids, 2)
+    # the first try's late word cannot undo the second, but a certain delivery counts
+    assert not backend.settle_dispatch(first.key, "failed", first.deadline + 2, attempt=1)
+    assert states(backend) == ["sending"]
+    assert backend.settle_dispatch(first.key, "sent", first.deadline + 3, attempt=1)
+    assert states(backend) == ["sent"]
+
+
+def test_a_dispatcher_that_died_is_taken_over_after_its_deadline(backend: Store) -> None:
+    say(backend, T, "hello")
+    first = dispatch(backend, T)  # ...and the dispatcher dies: no settle at all
+    resend = dispatch(backend, first.deadline + 1)
+    assert (resend.key, resend.tries) == (first.key, 2)
+    assert backend.settle_dispatch(resend.key, "sent", first.deadline + 2, attempt=2)
+
+
+def test_unknown_at_most_once_is_parked_until_an_operator_resolves_it(backend: Store) -> None:
+    say(backend, T, "hello")
+    first = dispatch(backend, T, "at-most-once")
+    assert backend.settle_dispatch(first.key, "unknown", T + 1, "timed out", attempt=1)
+    assert states(backend) == ["uncertain"]
+    assert wait(backend, first.deadline + GAP, "at-most-once").held == 0  # never resent
+    assert backend.status().outbox["uncertain"] == 1
+    assert backend.resolve_dispatch(first.key, False, T + GAP) == 1
+    assert states(backend) == ["held"]
+    with pytest.raises(NotAsAsked):
+        backend.resolve_dispatch(first.key, True, T + GAP)
+    again = dispatch(backend, first.deadline + GAP, "at-most-once")
+    assert again.key != first.key and again.body == "hello"
+
+
+def test_an_abandoned_at_most_once_claim_is_parked_not_resent(backend: Store) -> None:
+    say(backend, T, "hello")
+    first = dispatch(backend, T, "at-most-once")  # the dispatcher dies
+    assert wait(backend, first.deadline + 1, "at-most-once").held == 0
+    assert states(backend) == ["uncertain"]
+    assert backend.resolve_dispatch(first.key, True, first.deadline + 2) == 1
+    [message] = backend.outbox(("sent",))
+    assert message.dispatch_key == first.key
+
+
+def test_resolve_refuses_what_it_cannot_resolve(backend: Store) -> None:
+    with pytest.raises(BadInput):
+        backend.resolve_dispatch("no-such-key", True, T)
+    say(backend, T, "hello")
+    sent = dispatch(backend, T)
+    backend.settle_dispatch(sent.key, "sent", T, attempt=1)
+    with pytest.raises(NotAsAsked):
+        backend.resolve_dispatch(sent.key, False, T)
+
+
+def test_bad_dispatch_arguments_are_refused(backend: Store) -> None:
+    say(backend, T, "hello")
+    with pytest.raises(BadInput):
+        backend.claim_dispatch(T, "exactly-once", GAP, TIMEOUT)
+    assert states(backend) == ["held"]
+
+
+def test_dispatch_keys_are_never_reused(backend: Store) -> None:
+    keys = set()
+    for n in range(4):
+        say(backend, T + n * GAP, f"m{n}")
+        found = dispatch(backend, T + n * GAP)
+        keys.add(found.key)
+        backend.settle_dispatch(found.key, "failed" if n % 2 else "sent", T + n * GAP,
+                                attempt=1)
+    assert len(keys) == 4

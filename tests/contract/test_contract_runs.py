@@ -1,0 +1,157 @@
+"""Store contract: the lease, claim, finish and fail, and their fence."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentbox.engine.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
+from agentbox.engine.lease import Lease
+from agentbox.engine.policy import Policy
+from agentbox.engine.store import Store
+from agentbox.errors import BadInput
+
+from .kit import POLICY, TTL, T, snapshot
+
+LATER = TTL + 1
+
+
+def test_lease_acquire_renew_takeover_release(backend: Store) -> None:
+    assert backend.acquire("A", T, TTL) == 1
+    assert backend.lease() == Lease("A", 1, T + TTL)
+    assert backend.acquire("B", T + TTL, TTL) is None
+    assert backend.acquire("A", T + 10, TTL) == 1
+    assert backend.renew("A", 1, T + 20, TTL)
+    assert backend.lease() == Lease("A", 1, T + 20 + TTL)
+    assert not backend.renew("B", 1, T + 21, TTL)
+    assert not backend.renew("A", 1, T + 20 + LATER, TTL)  # lapsed
+    assert backend.acquire("A", T + 20 + LATER, TTL) == 2   # own takeover bumps too
+    assert backend.acquire("B", T + 20 + 2 * LATER, TTL) == 3
+    assert not backend.release("A", 2, T + 20 + 2 * LATER)
+    assert backend.release("B", 3, T + 20 + 2 * LATER + 1)
+    assert backend.acquire("A", T + 20 + 2 * LATER + 1, TTL) == 4  # no wait after release
+    assert backend.status().lease == backend.lease()
+
+
+def test_claim_takes_the_pending_batch_under_the_generation(backend: Store) -> None:
+    ids = [backend.ingest("chat", f"m{n}", "{}", T).id for n in range(3)]
+    assert backend.acquire("A", T, TTL) == 1
+    assert backend.claim("B", 1, T, POLICY) is None
+    batch = backend.claim("A", 1, T, POLICY)
+    assert batch is not None
+    assert [(e.id, e.status, e.attempts, e.claim_gen) for e in batch] == [
+        (i, "running", 1, 1) for i in ids]
+    assert backend.claim("A", 1, T, POLICY) == []
+    assert backend.status().events["running"] == 3
+
+
+def test_claim_respects_max_batch(backend: Store) -> None:
+    for n in range(5):
+        backend.ingest("chat", f"m{n}", "{}", T)
+    backend.acquire("A", T, TTL)
+    sizes = []
+    for _ in range(3):
+        batch = backend.claim("A", 1, T, Policy(max_batch=2))
+        assert batch is not None
+        sizes.append(len(batch))
+        assert backend.finish("A", 1, T, [e.id for e in batch])
+    assert sizes == [2, 2, 1]
+
+
+def test_takeover_requeues_retries_alone_and_buries_the_exhausted(backend: Store) -> None:
+    poison = backend.ingest("chat", "poison", "{}", T).id
+    healthy = backend.ingest("chat", "healthy", "{}", T).id
+    now, seen = T, []
+    for n in range(5):
+        holder = f"W{n}"
+        generation = backend.acquire(holder, now, TTL)
+        assert generation == n + 1
+        batch = backend.claim(holder, generation, now, POLICY)
+        assert batch is not None
+        seen.append([e.id for e in batch])
+        if poison not in seen[-1]:
+            assert backend.finish(holder, generation, now, seen[-1])
+        now += LATER
+    assert seen == [[poison, healthy], [poison], [poison], [healthy], []]
+    dead, done = backend.event(poison), backend.event(healthy)
+    assert dead is not None and (dead.status, dead.attempts) == ("dead", 3)
+    assert dead.error and "too many attempts" in dead.error
+    assert done is not None and (done.status, done.attempts) == ("done", 2)
+
+
+def test_finish_is_fenced_and_a_refusal_changes_nothing(backend: Store) -> None:
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, POLICY)
+    reply = Answer(messages=(Message("report sent"),))
+    before = snapshot(backend, [event_id])
+    assert not backend.finish("B", 1, T + 1, [event_id], reply)      # wrong holder
+    assert not backend.finish("A", 2, T + 1, [event_id], reply)      # wrong generation
+    assert not backend.finish("A", 1, T + LATER, [event_id], reply)  # lapsed
+    assert not backend.finish("A", 1, T + 1, [event_id, 999], reply)  # not all ours
+    assert not backend.fail("B", 1, T + 1, [event_id], "x", POLICY)
+    assert snapshot(backend, [event_id]) == before
+
+    assert backend.acquire("B", T + LATER, TTL) == 2
+    backend.claim("B", 2, T + LATER, POLICY)
+    assert backend.acquire("A", T + 2 * LATER + 1, TTL) == 3  # A is back, as generation 3
+    before = snapshot(backend, [event_id])
+    assert not backend.finish("A", 1, T + 2 * LATER + 1, [event_id], reply)
+    assert snapshot(backend, [event_id]) == before
+
+
+def test_finish_marks_done_and_queues_the_answer_together(backend: Store) -> None:
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, POLICY)
+    assert backend.finish("A", 1, T + 5, [event_id],
+                          Answer(messages=(Message("one"), Message("two", urgent=True))))
+    event = backend.event(event_id)
+    assert event is not None and (event.status, event.error) == ("done", None)
+    held = backend.outbox()
+    assert [(m.body, m.urgent, m.state, m.created_at) for m in held] == [
+        ("one", False, "held", T + 5), ("two", True, "held", T + 5)]
+    assert not backend.finish("A", 1, T + 6, [event_id])  # done rows are not ours to finish
+    assert backend.status().outbox["held"] == 2
+
+
+def test_fail_retries_later_or_buries_on_the_last_attempt(backend: Store) -> None:
+    policy = Policy(lease_ttl=TTL, max_attempts=2, retry_backoff=30, backoff_cap=100)
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, policy)
+    assert backend.fail("A", 1, T, [event_id], "first", policy)
+    event = backend.event(event_id)
+    assert event is not None
+    assert (event.status, event.error, event.available_at) == ("pending", "first", T + 30)
+    assert backend.claim("A", 1, T + 29, policy) == []
+    batch = backend.claim("A", 1, T + 30, policy)
+    assert batch is not None and [e.attempts for e in batch] == [2]
+    assert backend.fail("A", 1, T + 30, [event_id], "second", policy)
+    event = backend.event(event_id)
+    assert event is not None and (event.status, event.error) == ("dead", "second")
+
+
+def test_finish_writes_the_whole_answer_or_nothing(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="digest", due=T + 500, every=3600), T)
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, POLICY)
+    before = snapshot(backend, [event_id])
+    clashing = Answer(messages=(Message("hi"),),
+                      approvals=(ApprovalRequest("refund-1", 3600, "refund order 1"),),
+                      timers=(FollowUp("digest", 60),))  # may not replace a schedule
+    with pytest.raises(BadInput):
+        backend.finish("A", 1, T + 1, [event_id], clashing)
+    assert snapshot(backend, [event_id]) == before  # not even the message
+
+    answer = Answer(messages=(Message("hi"),),
+                    approvals=(ApprovalRequest("refund-1", 3600, "refund order 1"),),
+                    timers=(FollowUp("check-back", 60, '{"why":"follow up"}'),))
+    assert backend.finish("A", 1, T + 1, [event_id], answer)
+    [approval] = backend.approvals(T + 1)
+    assert (approval.id, approval.outcome, approval.expires_at) == ("refund-1", "pending",
+                                                                     T + 1 + 3600)
+    follow_up = next(t for t in backend.timers() if t.name == "check-back")
+    assert (follow_up.due, follow_up.every, follow_up.payload) == (T + 61, None,
+                                                                   '{"why":"follow up"}')
+    assert [m.body for m in backend.outbox(limit=1)] == ["hi"]

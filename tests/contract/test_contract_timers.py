@@ -1,0 +1,122 @@
+"""Store contract: timers feed the inbox; approvals expire; one outcome stands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentbox.engine.answer import TimerSpec
+from agentbox.engine.policy import Policy
+from agentbox.engine.store import Store
+from agentbox.errors import BadInput, NotAsAsked
+
+from .kit import T
+
+DAY = 86_400
+H = 3_600
+DIGEST = TimerSpec(name="digest", due=T, every=DAY, payload='{"task":"daily digest"}')
+
+
+def fired(store: Store, name: str, at: int) -> dict[str, object]:
+    """The payload of the event a timer wrote for its occurrence at ``at``."""
+    event = store.find("timer", f"{name}@{at}")
+    assert event is not None, f"no event for {name}@{at}"
+    return dict(json.loads(event.payload))
+
+
+def test_add_is_idempotent_and_a_change_needs_replace(backend: Store) -> None:
+    assert backend.add_timer(DIGEST, T) == "added"
+    assert backend.add_timer(DIGEST, T + 5) == "unchanged"
+    changed = TimerSpec(name="digest", due=T, every=DAY, payload='{"task":"other"}')
+    with pytest.raises(NotAsAsked):
+        backend.add_timer(changed, T)
+    assert backend.add_timer(changed, T, replace=True) == "replaced"
+    [timer] = backend.timers()
+    assert (timer.name, timer.due, timer.every, timer.payload, timer.catch_up) == (
+        "digest", T, DAY, '{"task":"other"}', "coalesce")
+    assert backend.status().next_timer == timer
+
+
+def test_bad_timers_are_refused(backend: Store) -> None:
+    for spec in (TimerSpec(name="", due=T, every=None),
+                 TimerSpec(name="x", due=T, every=0),
+                 TimerSpec(name="x", due=T, every=60, catch_up="sometimes")):
+        with pytest.raises(BadInput):
+            backend.add_timer(spec, T)
+    assert backend.timers(include_done=True) == []
+
+
+def test_a_pass_fires_due_timers_once_and_advances_them(backend: Store) -> None:
+    backend.add_timer(DIGEST, T)
+    assert backend.tick(T - 1) == 0
+    assert (backend.tick(T), backend.tick(T)) == (1, 0)  # the article's pass 1 / pass 2
+    assert fired(backend, "digest", T) == {"task": "daily digest", "timer": "digest",
+                                           "scheduled_for": T, "late_by": 0, "skipped": 0}
+    assert backend.status().events["pending"] == 1
+    [timer] = backend.timers()
+    assert timer.due == T + DAY
+
+
+def test_missed_occurrences_coalesce_into_one_event(backend: Store) -> None:
+    backend.add_timer(DIGEST, T)
+    backend.tick(T)
+    later = T + DAY + 3 * DAY + 600  # next due, then a three-day outage
+    assert backend.tick(later) == 1
+    assert backend.status().events["pending"] == 2
+    latest = fired(backend, "digest", T + 4 * DAY)
+    assert (latest["skipped"], latest["late_by"]) == (3, 600)  # ten minutes late
+    [timer] = backend.timers()
+    assert round((timer.due - later) / H, 1) == 23.8
+
+
+def test_catch_up_each_writes_one_event_per_missed_occurrence_bounded(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="billing", due=T, every=DAY, catch_up="each"), T)
+    assert backend.tick(T + 4 * DAY) == 1
+    assert [fired(backend, "billing", T + k * DAY)["skipped"] for k in range(5)] == [0] * 5
+    assert backend.status().events["pending"] == 5
+    backend.tick(T + 14 * DAY, Policy(catch_up_limit=3))
+    assert backend.status().events["pending"] == 8  # two alone, then the rest coalesced
+    assert [fired(backend, "billing", T + k * DAY)["skipped"] for k in (5, 6, 14)] == [0, 0, 7]
+
+
+def test_a_one_off_fires_once_and_removed_timers_never_fire(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="once", due=T + 10, every=None), T)
+    backend.add_timer(TimerSpec(name="gone", due=T + 10, every=None), T)
+    assert backend.remove_timer("gone", T + 1)
+    assert not backend.remove_timer("gone", T + 1)
+    assert backend.tick(T + 10) == 1
+    assert backend.tick(T + 1000) == 0
+    assert backend.timers() == []
+    [spent] = backend.timers(include_done=True)
+    assert (spent.name, spent.done) == ("once", True)
+    assert backend.find("timer", f"once@{T + 10}") is not None
+    assert backend.find("timer", f"gone@{T + 10}") is None
+
+
+def test_approvals_the_article_cases(backend: Store) -> None:
+    for n in (881, 882, 883):
+        assert backend.request_approval(f"refund-{n}", T, 4 * H, f"refund order {n}")
+    assert not backend.request_approval("refund-881", T + 1, 4 * H, "again")
+    assert [a.outcome for a in backend.approvals(T)] == ["pending"] * 3
+    assert backend.answer_approval("refund-883", "yes", T + H) == "yes"
+    assert backend.answer_approval("refund-883", "no", T + 2 * H) == "yes"
+    backend.tick(T + 5 * H)  # the expiry timers fire; 883's changes nothing
+    assert backend.answer_approval("refund-881", "yes", T + 6 * H) == "expired"
+    assert backend.answer_approval("refund-999", "yes", T) == "unknown"
+    outcomes = {a.id: a.outcome for a in backend.approvals(T + 6 * H)}
+    assert outcomes == {"refund-881": "expired", "refund-882": "expired",
+                        "refund-883": "yes"}
+    answer = backend.find("approval", "refund-883")
+    assert answer is not None and json.loads(answer.payload)["answer"] == "yes"
+
+
+def test_an_answer_checks_the_deadline_itself(backend: Store) -> None:
+    backend.request_approval("refund-882", T, 4 * H, "refund order 882")
+    # the scheduler has not run: the answer path must see the deadline on its own
+    assert backend.answer_approval("refund-882", "yes", T + 4 * H) == "expired"
+    assert backend.tick(T + 5 * H) == 1
+    assert backend.answer_approval("refund-882", "no", T + 6 * H) == "expired"
+    assert backend.status().events["pending"] == 1  # one outcome, one event
+    with pytest.raises(BadInput):
+        backend.answer_approval("refund-882", "maybe", T)
