@@ -100,13 +100,17 @@ class Settings:
 
 
 def load(path: Path) -> dict[str, Any]:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; no config, no tomllib import
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read config: {exc.strerror or exc}") from None
     import tomllib
 
     try:
-        with open(path, "rb") as fh:
+        with fh:
             return tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

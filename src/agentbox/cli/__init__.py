@@ -4,35 +4,83 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from agentbox.cli import (  # noqa: F401  (each module registers its commands on app)
-    approve_cmds,
-    config_cmd,
-    dispatch_cmds,
-    inbox_cmds,
-    run_cmd,
-    scenarios_cmd,
-    schedule_cmds,
-    systemd_cmd,
-)
-from agentbox.cli.app import app
+import typer
+
+from agentbox.cli.app import COMMANDS, app
 from agentbox.errors import AgentboxError, Exit
 
-__all__ = ["app", "main", "run"]
+if TYPE_CHECKING:
+    from typer.core import TyperGroup
+
+__all__ = ["app", "build", "load_commands", "main", "run"]
+
+_ROOT_OPTIONS_WITH_VALUE = ("--user", "-u", "--db")
+
+
+def load_commands(names: Sequence[str] | None = None) -> None:
+    """Import the modules that define these commands (all of them by default)."""
+    import importlib
+
+    modules = {COMMANDS[n] for n in names} if names is not None else set(COMMANDS.values())
+    for module in sorted(modules):
+        importlib.import_module(f"agentbox.cli.{module}")
+
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The known command ``argv`` runs, or None (help, completion, an unknown word)."""
+    import os
+
+    if any(k.endswith("_COMPLETE") and k.startswith("_AGENTBOX") for k in os.environ):
+        return None
+    words = iter(argv)
+    for word in words:
+        if word in _ROOT_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build(argv: Sequence[str]) -> TyperGroup:
+    """The click group for this invocation, holding just the command it runs.
+
+    Building a command inspects every parameter of every function; building
+    only the one needed keeps start-up flat however many commands there are.
+    """
+    import copy
+
+    from typer.main import get_command, get_command_name
+
+    name = _command_name(argv)
+    load_commands(None if name is None else [name])
+    if name is None:
+        group = get_command(app)
+    else:
+        only = copy.copy(app)
+        only.registered_commands = [
+            c for c in app.registered_commands
+            if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == name]
+        only.registered_groups = [g for g in app.registered_groups if g.name == name]
+        group = get_command(only)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group
+
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line on stderr."""
     from typer import Abort
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
-    from typer.main import get_command
 
     from agentbox import render
     from agentbox.engine.db import translate
 
-    command = get_command(app)
+    args = sys.argv[1:] if argv is None else argv
     try:
-        result = command.main(args=argv, prog_name="agentbox", standalone_mode=False)
+        result = build(args).main(args=args, prog_name="agentbox", standalone_mode=False)
     except NoArgsIsHelpError as exc:
         # A bare group: its help is the answer (rich has already printed it).
         if exc.format_message().strip():

@@ -17,16 +17,30 @@ import typer
 from agentbox import __version__
 from agentbox.cli.session import Session
 
-# The order `agentbox --help` lists commands in: the daily path first.
-COMMAND_ORDER = ("ingest", "run", "dispatch", "status", "dead", "replay", "schedule",
-                 "approve", "outbox", "scenarios", "config", "systemd")
+# Every top-level command, in the order `agentbox --help` lists them (the daily
+# path first), with the module that defines it. Only the module of the command
+# being run is imported: start-up is paid once per webhook delivery.
+COMMANDS: dict[str, str] = {
+    "ingest": "inbox_cmds",
+    "run": "run_cmd",
+    "dispatch": "dispatch_cmds",
+    "status": "inbox_cmds",
+    "dead": "inbox_cmds",
+    "replay": "inbox_cmds",
+    "schedule": "schedule_cmds",
+    "approve": "approve_cmds",
+    "outbox": "dispatch_cmds",
+    "scenarios": "scenarios_cmd",
+    "config": "config_cmd",
+    "systemd": "systemd_cmd",
+}
 
 
 class _OrderedGroup(typer.core.TyperGroup):
     def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
-        names = super().list_commands(ctx)
-        rank = {name: n for n, name in enumerate(COMMAND_ORDER)}
-        return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
+        rank = {name: n for n, name in enumerate(COMMANDS)}
+        return sorted(super().list_commands(ctx),
+                      key=lambda name: (rank.get(name, len(rank)), name))
 
 
 app = typer.Typer(

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
+from agentbox.cli.options import duration_flag
 
 approve_app = typer.Typer(help="Approvals: a request, then one answer or its expiry.",
                           no_args_is_help=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
+from agentbox.cli.options import command_flag, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
@@ -23,44 +24,15 @@ if TYPE_CHECKING:
 LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error"]
 
 
-def _duration_flag(name: str, value: str | None) -> int | None:
-    from agentbox.durations import parse_duration
-    from agentbox.errors import BadInput, UsageError
-
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except BadInput as exc:
-        raise UsageError(f"{name}: {exc}") from None
-
-
-def _sender_flag(via: str | None, argv: list[str] | None) -> list[str] | None:
-    from agentbox.config import parse_command
-    from agentbox.errors import BadInput, UsageError
-
-    if via is not None and argv:
-        raise UsageError("give the sender as --via CMD or after --, not both")
-    if argv:
-        return list(argv)
-    if via is None:
-        return None
-    try:
-        return parse_command(via)
-    except BadInput as exc:
-        raise UsageError(f"--via: {exc}") from None
-
-
 def _sender_env(sess: Session, dispatch: Dispatch) -> dict[str, str]:
     """The sender's environment: ours, plus what it needs to dedupe and find the inbox."""
     import os
 
-    from agentbox.cli.inbox_cmds import _user_or_none
 
     return {**os.environ, "AGENTBOX_DISPATCH_KEY": dispatch.key,
             "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
             "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
-            "AGENTBOX_USER": _user_or_none(sess) or "",
+            "AGENTBOX_USER": sess.user_or_none() or "",
             "AGENTBOX_DB": os.path.abspath(sess.db_path)}
 
 
@@ -220,10 +192,10 @@ def dispatch(
 
     if mode is not None and mode not in DELIVERY_MODES:
         raise UsageError(f"--mode must be one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
-    argv = _sender_flag(via, command)
+    argv = command_flag("--via", via, command)
     sess = session(ctx)
-    settings = sess.settings({"delivery": mode, "outbox_gap": _duration_flag("--gap", gap),
-                              "send_timeout": _duration_flag("--timeout", timeout)})
+    settings = sess.settings({"delivery": mode, "outbox_gap": duration_flag("--gap", gap),
+                              "send_timeout": duration_flag("--timeout", timeout)})
     policy = settings.policy
     argv = argv or settings.sender
     store = sess.store()

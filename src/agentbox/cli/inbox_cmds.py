@@ -206,7 +206,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     lease = state.lease
     timer = state.next_timer
     doc = {
-        "user": sess.user if sess.db_flag is None else _user_or_none(sess),
+        "user": sess.user if sess.db_flag is None else sess.user_or_none(),
         "db": str(sess.db_path),
         "events": state.events,
         "outbox": state.outbox,
@@ -233,15 +233,6 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         ("lease", lease_text),
         ("next timer", "none" if timer is None else f"{timer.name} at {render.when(timer.due)}"),
     ], title="agentbox status")
-
-
-def _user_or_none(sess: Session) -> str | None:
-    from agentbox.errors import BadInput
-
-    try:
-        return sess.user
-    except BadInput:
-        return None
 
 
 def event_doc(event: Event) -> dict[str, Any]:

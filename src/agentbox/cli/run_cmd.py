@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
+from agentbox.cli.options import command_flag, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.worker import RunReport
@@ -20,24 +20,6 @@ HandlerOption = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--handler", metavar="CMD",
     help="The handler command, split like a shell would (no shell runs it). "
     "Default: the `handler` setting.", show_default=False)]
-
-
-def handler_flag(handler: str | None, command: list[str] | None) -> list[str] | None:
-    """The handler from ``--handler CMD`` or ``-- CMD ARGS…`` (not both)."""
-    from agentbox.errors import BadInput, UsageError
-
-    if handler is not None and command:
-        raise UsageError("give the handler as --handler CMD or after --, not both")
-    if command:
-        return list(command)
-    if handler is None:
-        return None
-    from agentbox.config import parse_command
-
-    try:
-        return parse_command(handler)
-    except BadInput as exc:
-        raise UsageError(f"--handler: {exc}") from None
 
 
 @app.command()
@@ -67,7 +49,7 @@ def run(
     from agentbox.errors import UsageError
     from agentbox.worker import MAX_RUNS, Worker, run_until_empty
 
-    argv = handler_flag(handler, command)
+    argv = command_flag("--handler", handler, command)
     sess = session(ctx)
     settings = sess.settings({"handler": argv,
                               "handler_timeout": duration_flag("--timeout", timeout)})

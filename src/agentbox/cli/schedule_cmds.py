@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
+from agentbox.cli.options import duration_flag
 
 if TYPE_CHECKING:
     from agentbox.engine.timers import Timer

@@ -46,6 +46,15 @@ class Session:
             self._store = SqliteStore(self.db_path)
         return self._store
 
+    def user_or_none(self) -> str | None:
+        """The user, or None where only an unusable login name stands behind --db."""
+        from agentbox.errors import BadInput
+
+        try:
+            return self.user
+        except BadInput:
+            return None
+
     def now(self) -> int:
         return clock.now()
 

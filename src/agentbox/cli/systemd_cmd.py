@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.dispatch_cmds import _duration_flag as duration_flag
-from agentbox.cli.run_cmd import HandlerArgv, HandlerOption, handler_flag
+from agentbox.cli.options import command_flag, duration_flag
+from agentbox.cli.run_cmd import HandlerArgv, HandlerOption
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                    "@%+=:,./-_$")
@@ -103,7 +103,7 @@ def systemd(
 
     interval = duration_flag("--every", every)
     assert interval is not None
-    argv = handler_flag(handler, command)
+    argv = command_flag("--handler", handler, command)
     sess = session(ctx)
     settings = sess.settings({"handler": argv})
     if not settings.handler:

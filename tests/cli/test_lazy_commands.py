@@ -1,0 +1,56 @@
+"""Only the command being run is imported and built: start-up stays flat."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from typer.main import get_command
+
+from agentbox.cli import build, load_commands
+from agentbox.cli.app import COMMANDS, app
+
+Cli = Callable[..., Any]
+
+
+def test_every_command_has_a_home_and_every_home_is_listed() -> None:
+    load_commands()
+    group = get_command(app)
+    assert set(group.commands) == set(COMMANDS)
+
+
+def test_help_lists_commands_in_the_documented_order() -> None:
+    listed = [n for n in build(["--help"]).list_commands(None)]
+    assert listed == list(COMMANDS)
+
+
+def test_a_command_is_built_alone_after_root_options() -> None:
+    group = build(["-u", "alice", "--db", "x.sqlite3", "dead", "list"])
+    assert set(group.commands) == {"dead"}
+
+
+def test_an_unknown_word_builds_everything_so_the_error_can_say_so(cli: Cli) -> None:
+    assert set(build(["bogus"]).commands) == set(COMMANDS)
+    result = cli("bogus")
+    assert result.code == 2
+    assert "No such command 'bogus'" in result.err
+
+
+def test_ingest_imports_neither_rich_nor_other_commands(home: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from agentbox.cli import run\n"
+        "code = run(['ingest', 'github', 'd-1', '--payload', '{\"pr\": 1}'])\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('agentbox.cli.', 'rich')))\n"
+        "print(code, ' '.join(loaded), file=sys.stderr)\n"
+    )
+    # the home fixture put AGENTBOX_HOME and AGENTBOX_USER in our environment
+    done = subprocess.run([sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=60)
+    code, _, loaded = done.stderr.strip().partition(" ")
+    assert code == "0", done.stderr
+    assert loaded.split() == ["agentbox.cli.app", "agentbox.cli.inbox_cmds",
+                              "agentbox.cli.session"]
