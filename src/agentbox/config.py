@@ -18,9 +18,8 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentbox.durations import parse_duration
 from agentbox.engine.policy import DELIVERY_MODES, Policy
@@ -66,8 +65,7 @@ def parse_command(value: Any) -> list[str]:
     return argv
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     parse: Callable[[Any], Any]
     help: str
 
@@ -88,11 +86,10 @@ KEYS: dict[str, Key] = {
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
 }
-_POLICY_FIELDS = {f.name for f in fields(Policy)}
+_POLICY_FIELDS = set(Policy._fields)
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     policy: Policy
     handler: list[str] | None
     sender: list[str] | None
@@ -147,7 +144,7 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
                           ({k: v for k, v in (flags or {}).items() if v is not None}, "flag")):
         values.update(layer)
         origins.update(dict.fromkeys(layer, origin))
-    policy = replace(Policy(), **{k: v for k, v in values.items() if k in _POLICY_FIELDS})
+    policy = Policy(**{k: v for k, v in values.items() if k in _POLICY_FIELDS})
     return Settings(policy, values.get("handler"), values.get("sender"), origins)
 
 

@@ -14,7 +14,7 @@ import json
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -627,7 +627,7 @@ def _policy(settings: Any, origin: str) -> Policy:
 
     if not isinstance(settings, dict):
         raise BadInput(f"{origin}: [settings] must be a table")
-    allowed = [f.name for f in fields(Policy) if f.name in KEYS]
+    allowed = [name for name in Policy._fields if name in KEYS]
     values = {}
     for key, raw in settings.items():
         if key not in allowed:
@@ -639,7 +639,7 @@ def _policy(settings: Any, origin: str) -> Policy:
             raise BadInput(f"{origin}: settings: {key}: {exc}") from None
         except (AttributeError, TypeError, ValueError):
             raise BadInput(f"{origin}: settings: {key}: not a valid value: {raw!r}") from None
-    return replace(Policy(), **values)
+    return Policy(**values)
 
 
 def parse(text: str, origin: str, name: str) -> Scenario:

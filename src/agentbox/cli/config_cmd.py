@@ -35,13 +35,11 @@ def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 def _show(ctx: typer.Context, as_json: bool) -> None:
-    from dataclasses import asdict
-
     from agentbox import render
     from agentbox.config import KEYS
 
     settings = session(ctx).settings()
-    values = {**asdict(settings.policy), "handler": settings.handler, "sender": settings.sender}
+    values = {**settings.policy._asdict(), "handler": settings.handler, "sender": settings.sender}
     rows = [{"key": key, "value": values.get(key), "origin": settings.origins[key],
              "help": KEYS[key].help} for key in KEYS]
     render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +14,11 @@ if TYPE_CHECKING:
     from agentbox.engine.store import SqliteStore
 
 
-@dataclass
 class Session:
-    user_flag: str | None
-    db_flag: Path | None
-    _store: SqliteStore | None = field(default=None, init=False)
+    def __init__(self, user_flag: str | None, db_flag: Path | None) -> None:
+        self.user_flag = user_flag
+        self.db_flag = db_flag
+        self._store: SqliteStore | None = None
 
     @cached_property
     def user(self) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _INSERT = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
              VALUES (?, ?, ?, ?, ?, ?)"""
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     at: int
     subject: str
     subject_id: str

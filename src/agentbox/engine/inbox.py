@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from agentbox.engine import history, lease
-from agentbox.engine.answer import Answer
 from agentbox.engine.db import write
-from agentbox.engine.policy import Policy
 from agentbox.errors import BadInput
+
+if TYPE_CHECKING:
+    from agentbox.engine.answer import Answer
+    from agentbox.engine.policy import Policy
 
 MAX_KEY_LENGTH = 512
 INGEST_CHUNK = 1000  # rows per transaction in bulk ingest
@@ -29,8 +30,7 @@ _COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, availa
             "error, created_at, updated_at")
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     id: int
     source: str
     source_id: str
@@ -44,8 +44,7 @@ class Event:
     updated_at: int
 
 
-@dataclass(frozen=True)
-class IngestResult:
+class IngestResult(NamedTuple):
     outcome: Outcome
     id: int
     source: str
@@ -205,6 +204,7 @@ def finish(conn: sqlite3.Connection, holder: str, generation: int, now: int,
     finished event can never lose its reply or have one queued twice.
     """
     from agentbox.engine import approvals, outbox, timers
+    from agentbox.engine.answer import Answer
 
     answer = answer or Answer()
     with write(conn):

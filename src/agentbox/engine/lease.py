@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from agentbox.engine.db import write
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
     holder: str
     generation: int
     until: int

@@ -6,15 +6,14 @@ sees a finished :class:`Policy`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD
 
 DELIVERY_MODES = ("at-least-once", "at-most-once")
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
     lease_ttl: int = 120          # seconds a worker owns the inbox without renewing
     max_attempts: int = 3         # claims before an event is parked as dead
     retry_backoff: int = 0        # base seconds of exponential retry backoff; 0 = off

@@ -12,22 +12,24 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from agentbox.engine import approvals, db, history, inbox, lease, outbox, timers
-from agentbox.engine.answer import Answer, TimerSpec
-from agentbox.engine.approvals import Approval
-from agentbox.engine.history import Entry
-from agentbox.engine.inbox import Event, IngestResult
-from agentbox.engine.lease import Lease
-from agentbox.engine.outbox import Dispatch, OutboxMessage, Outcome, Wait
-from agentbox.engine.policy import Policy
-from agentbox.engine.timers import AddOutcome, Timer
+from agentbox.engine import db, history, inbox, lease
+
+# Timers, approvals and the outbox are imported where used: `agentbox ingest`
+# runs once per webhook and needs none of them.
+if TYPE_CHECKING:
+    from agentbox.engine.answer import Answer, TimerSpec
+    from agentbox.engine.approvals import Approval
+    from agentbox.engine.history import Entry
+    from agentbox.engine.inbox import Event, IngestResult
+    from agentbox.engine.lease import Lease
+    from agentbox.engine.outbox import Dispatch, OutboxMessage, Outcome, Wait
+    from agentbox.engine.policy import Policy
+    from agentbox.engine.timers import AddOutcome, Timer
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(NamedTuple):
     events: dict[str, int]
     outbox: dict[str, int]
     lease: Lease | None
@@ -127,6 +129,8 @@ class SqliteStore:
         return inbox.replay(self.conn, ids, now)
 
     def status(self) -> Status:
+        from agentbox.engine import outbox, timers
+
         return Status(inbox.counts(self.conn), outbox.counts(self.conn),
                       lease.current(self.conn), timers.next_due(self.conn))
 
@@ -155,37 +159,59 @@ class SqliteStore:
         return inbox.fail(self.conn, holder, generation, now, ids, error, policy)
 
     def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
+        from agentbox.engine import timers
+
         return timers.add(self.conn, spec, now, replace)
 
     def remove_timer(self, name: str, now: int) -> bool:
+        from agentbox.engine import timers
+
         return timers.remove(self.conn, name, now)
 
     def timers(self, include_done: bool = False) -> list[Timer]:
+        from agentbox.engine import timers
+
         return timers.listing(self.conn, include_done)
 
     def tick(self, now: int, policy: Policy | None = None) -> int:
+        from agentbox.engine import timers
+
         return timers.tick(self.conn, now, policy)
 
     def request_approval(self, request_id: str, now: int, expires_in: int,
                          action: str) -> bool:
+        from agentbox.engine import approvals
+
         return approvals.request(self.conn, request_id, now, expires_in, action)
 
     def answer_approval(self, request_id: str, reply: str, now: int) -> str:
+        from agentbox.engine import approvals
+
         return approvals.answer(self.conn, request_id, reply, now)
 
     def approvals(self, now: int) -> list[Approval]:
+        from agentbox.engine import approvals
+
         return approvals.listing(self.conn, now)
 
     def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int) -> Dispatch | Wait:
+        from agentbox.engine import outbox
+
         return outbox.claim(self.conn, now, mode, gap, timeout)
 
     def settle_dispatch(self, key: str, outcome: Outcome, now: int,
                         error: str | None = None, *, attempt: int) -> bool:
+        from agentbox.engine import outbox
+
         return outbox.settle(self.conn, key, outcome, now, error, attempt=attempt)
 
     def resolve_dispatch(self, key: str, sent: bool, now: int) -> int:
+        from agentbox.engine import outbox
+
         return outbox.resolve(self.conn, key, sent, now)
 
     def outbox(self, states: Sequence[str] = ("held", "sending", "uncertain"),
                limit: int = 1000) -> list[OutboxMessage]:
+        from agentbox.engine import outbox
+
         return outbox.listing(self.conn, states, limit)
