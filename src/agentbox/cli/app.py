@@ -6,7 +6,6 @@ rich and anything else heavy inside their functions, never at module level:
 of its speed.
 """
 
-from __future__ import annotations
 
 import os
 from pathlib import Path

@@ -1,6 +1,5 @@
 """approve request | answer | list: deferred approvals that expire (rule 6)."""
 
-from __future__ import annotations
 
 from typing import Annotated
 

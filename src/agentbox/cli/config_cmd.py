@@ -1,6 +1,5 @@
 """config [show] | set | path."""
 
-from __future__ import annotations
 
 from typing import Annotated
 

@@ -5,7 +5,6 @@ sender command (so cron can pipe it on), or the JSON document with
 ``--json``. What happened is said on stderr.
 """
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error"]
 
 
-def _sender_env(sess: Session, dispatch: Dispatch) -> dict[str, str]:
+def _sender_env(sess: "Session", dispatch: "Dispatch") -> dict[str, str]:
     """The sender's environment: ours, plus what it needs to dedupe and find the inbox."""
     import os
 
@@ -36,7 +35,7 @@ def _sender_env(sess: Session, dispatch: Dispatch) -> dict[str, str]:
             "AGENTBOX_DB": os.path.abspath(sess.db_path)}
 
 
-def _sender_word(result: ChildResult) -> Outcome:
+def _sender_word(result: "ChildResult") -> "Outcome":
     """Exit 0 = delivered; a non-zero exit = certainly not; stopped or killed = not known."""
     if result.ok:
         return "sent"
@@ -45,7 +44,7 @@ def _sender_word(result: ChildResult) -> Outcome:
     return "failed"
 
 
-def _settle(store: SqliteStore, sess: Session, dispatch: Dispatch, outcome: Outcome,
+def _settle(store: "SqliteStore", sess: "Session", dispatch: "Dispatch", outcome: "Outcome",
             error: str | None) -> bool:
     """Record the outcome in a second transaction, saying so if the database would not."""
     from agentbox.errors import Busy
@@ -58,8 +57,8 @@ def _settle(store: SqliteStore, sess: Session, dispatch: Dispatch, outcome: Outc
                    f"{dispatch.key} counts as not known after its claim deadline") from None
 
 
-def _send(sess: Session, store: SqliteStore, dispatch: Dispatch, argv: list[str] | None,
-          timeout: int, as_json: bool) -> tuple[Outcome, str | None, bool]:
+def _send(sess: "Session", store: "SqliteStore", dispatch: "Dispatch", argv: list[str] | None,
+          timeout: int, as_json: bool) -> "tuple[Outcome, str | None, bool]":
     """Deliver the claimed body; returns (outcome, error, whether it was recorded).
 
     With no sender, writing the body to stdout (inside the JSON document with
@@ -97,7 +96,7 @@ def _send(sess: Session, store: SqliteStore, dispatch: Dispatch, argv: list[str]
     return outcome, said, _settle(store, sess, dispatch, outcome, said)
 
 
-def _claim_doc(dispatch: Dispatch, outcome: Outcome, error: str | None,
+def _claim_doc(dispatch: "Dispatch", outcome: "Outcome", error: str | None,
                printed: bool) -> dict[str, Any]:
     unknown_resends = outcome == "unknown" and dispatch.mode == "at-least-once"
     doc: dict[str, Any] = {
@@ -111,13 +110,13 @@ def _claim_doc(dispatch: Dispatch, outcome: Outcome, error: str | None,
     return doc
 
 
-def _wait_doc(wait: Wait) -> dict[str, Any]:
+def _wait_doc(wait: "Wait") -> dict[str, Any]:
     return {"outcome": "waiting" if wait.held else "nothing", "held": wait.held,
             "next_send_at": wait.until if wait.held else None, "in_flight": wait.in_flight,
             "in_flight_until": wait.in_flight_until}
 
 
-def _say_wait(wait: Wait, now: int) -> None:
+def _say_wait(wait: "Wait", now: int) -> None:
     from agentbox import render
     from agentbox.durations import format_duration
 
@@ -133,7 +132,7 @@ def _say_wait(wait: Wait, now: int) -> None:
                   f"{render.when(until)} (in {format_duration(max(until - now, 1))}){flight}")
 
 
-def _say_claim(dispatch: Dispatch, outcome: Outcome, error: str | None, recorded: bool) -> None:
+def _say_claim(dispatch: "Dispatch", outcome: "Outcome", error: str | None, recorded: bool) -> None:
     from agentbox import render
 
     details = [f"{len(dispatch.message_ids)} message(s)"]

@@ -1,7 +1,5 @@
 """ingest, status, dead, replay and config: the inbox side of the CLI."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
@@ -65,12 +63,12 @@ def _verify(body: bytes, signature: str | None, secret: bytes | None, now: int) 
     verify(body, signature, secret, now)
 
 
-def _result_doc(result: IngestResult) -> dict[str, Any]:
+def _result_doc(result: "IngestResult") -> dict[str, Any]:
     return {"outcome": result.outcome, "id": result.id, "source": result.source,
             "source_id": result.source_id}
 
 
-def _describe(result: IngestResult) -> str:
+def _describe(result: "IngestResult") -> str:
     key = f"{result.source}/{result.source_id}"
     if result.outcome == "stored":
         return f"stored {key} as event {result.id}"
@@ -150,7 +148,7 @@ def ingest(
     raise typer.Exit(_OUTCOME_EXIT[result.outcome])
 
 
-def _ingest_jsonl(sess: Session, name: str, signature: str | None, secret: bytes | None,
+def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: bytes | None,
                   max_payload: int, as_json: bool) -> None:
     import io
     from contextlib import ExitStack
@@ -184,7 +182,7 @@ def _ingest_jsonl(sess: Session, name: str, signature: str | None, secret: bytes
     raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
 
 
-def _store(ctx: typer.Context) -> tuple[Session, Store]:
+def _store(ctx: typer.Context) -> "tuple[Session, Store]":
     """The session and its store, after checking any user name that was given.
 
     With ``--db`` the file is named directly, but a bad ``--user`` or
@@ -235,7 +233,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     ], title="agentbox status")
 
 
-def event_doc(event: Event) -> dict[str, Any]:
+def event_doc(event: "Event") -> dict[str, Any]:
     import json
 
     return {"id": event.id, "source": event.source, "source_id": event.source_id,

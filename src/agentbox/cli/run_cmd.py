@@ -1,6 +1,5 @@
 """run: one short run of the agent, the unit a systemd timer or cron fires."""
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -75,7 +74,7 @@ def run(
     raise typer.Exit(code)
 
 
-def _exit_code(reports: list[RunReport], signalled: int | None) -> int:
+def _exit_code(reports: "list[RunReport]", signalled: int | None) -> int:
     """The last run's code; a signal makes the command fail even after a clean finish."""
     code = reports[-1].exit_code if reports else 0
     if signalled is not None and code == 0:

@@ -1,6 +1,5 @@
 """scenarios: replay the article's failure cases (or a user's own file) against the engine."""
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -22,7 +21,7 @@ def _listing(as_json: bool) -> None:
                    empty="no scenario files found")
 
 
-def _table(report: Report) -> None:
+def _table(report: "Report") -> None:
     from agentbox import render
     from agentbox.scenario import offset, show
 

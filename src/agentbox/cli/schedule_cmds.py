@@ -1,6 +1,5 @@
 """schedule add | list | remove | tick: timers that feed the inbox (rule 5)."""
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -27,7 +26,7 @@ def _time_flag(name: str, value: str, now: int) -> int:
         raise UsageError(f"{name}: {exc}") from None
 
 
-def timer_doc(timer: Timer) -> dict[str, Any]:
+def timer_doc(timer: "Timer") -> dict[str, Any]:
     import json
 
     fixed = timer.event_source is not None

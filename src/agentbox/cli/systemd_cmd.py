@@ -1,6 +1,5 @@
 """systemd: a service and timer pair that runs `agentbox run` on a schedule."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
