@@ -28,7 +28,8 @@ PROGRAMS = BENCH / "programs"
 TIMES = "\u00d7"  # the multiplication sign of ratios
 T0 = 1_700_000_000  # the pinned clock of every engine call
 
-# The event row every baseline and subject writes, and the history row beside it.
+# The event row every baseline and subject writes (the schema's trigger adds its
+# 'stored' history row), and a history row for the other transitions.
 INSERT_EVENT = """INSERT INTO events (source, source_id, payload, created_at, updated_at)
                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING
                   RETURNING id"""

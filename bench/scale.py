@@ -52,11 +52,10 @@ FROM k"""
 
 _HISTORY = """
 INSERT INTO history (at, subject, subject_id, action, generation, detail)
-SELECT e.updated_at, 'event', CAST(e.id AS TEXT), a.action,
-       CASE WHEN a.action = 'stored' THEN NULL ELSE 1 END, NULL
-FROM events AS e JOIN (SELECT 1 AS k, 'stored' AS action UNION ALL
-                       SELECT 2, 'claimed' UNION ALL SELECT 3, 'finished') AS a
-  ON a.k = 1 OR e.status <> 'pending'
+SELECT e.updated_at, 'event', CAST(e.id AS TEXT), a.action, 1, NULL
+FROM events AS e JOIN (SELECT 2 AS k, 'claimed' AS action UNION ALL
+                       SELECT 3, 'finished') AS a
+  ON e.status <> 'pending'
 ORDER BY e.id, a.k"""
 
 

@@ -1,7 +1,8 @@
 """The baseline: a bare Python program storing events with sqlite3 alone.
 
-It does the durable writes ``agentbox ingest`` does (the event row and its
-history row in one BEGIN IMMEDIATE transaction, WAL, synchronous=FULL) with
+It does the durable writes ``agentbox ingest`` does (the event row, and with
+it the schema's trigger writes its history row, in one BEGIN IMMEDIATE
+transaction, WAL, synchronous=FULL) with
 nothing else imported, so the difference is what agentbox adds.
 
     raw_ingest.py DB SOURCE SOURCE_ID PAYLOAD   one event
@@ -17,8 +18,6 @@ import time
 
 EVENT = """INSERT INTO events (source, source_id, payload, created_at, updated_at)
            VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
-HISTORY = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
-             VALUES (?, 'event', ?, 'stored', NULL, NULL)"""
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -38,9 +37,7 @@ def store(conn: sqlite3.Connection, items: list[tuple[str, str, str]], now: int)
     stored = 0
     conn.execute("BEGIN IMMEDIATE")
     for source, source_id, payload in items:
-        row = conn.execute(EVENT, (source, source_id, payload, now, now)).fetchone()
-        if row is not None:
-            conn.execute(HISTORY, (now, str(row[0])))
+        if conn.execute(EVENT, (source, source_id, payload, now, now)).fetchone():
             stored += 1
     conn.execute("COMMIT")
     return stored

@@ -73,8 +73,7 @@ def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str
         """INSERT INTO events (source, source_id, payload, created_at, updated_at)
            VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id""",
         (source, source_id, payload, now, now)).fetchone()
-    if row is not None:
-        history.record(conn, now, "event", row[0], "stored")
+    if row is not None:  # the events_stored trigger has begun its history
         return IngestResult("stored", row[0], source, source_id)
     event_id, stored = conn.execute(
         "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",

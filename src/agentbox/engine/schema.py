@@ -83,6 +83,12 @@ CREATE TABLE history (
 );
 CREATE INDEX history_by_subject ON history (subject, subject_id, id);
 
+-- Whatever stores an event, its story starts in the same statement.
+CREATE TRIGGER events_stored AFTER INSERT ON events BEGIN
+    INSERT INTO history (at, subject, subject_id, action)
+    VALUES (NEW.created_at, 'event', NEW.id, 'stored');
+END;
+
 CREATE TABLE timers (
     name TEXT PRIMARY KEY,
     due INTEGER NOT NULL,
