@@ -86,16 +86,25 @@ def _message(item: Any, n: int) -> Message:
     raise BadInput(f"messages[{n}] must be a string or an object, not {type_name(item)}")
 
 
+def _object(item: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise BadInput(f"{where} must be an object, not {type_name(item)}")
+    _known_keys(item, where, keys)
+    return item
+
+
+def _duration(item: dict[str, Any], key: str, where: str, example: str) -> int:
+    try:
+        return parse_duration(item.get(key))  # type: ignore[arg-type]
+    except (BadInput, AttributeError, TypeError):
+        raise BadInput(f"{where}.{key} must be a duration like {example}") from None
+
+
 def _approval(item: Any, n: int) -> ApprovalRequest:
     from agentbox.engine.inbox import check_key
 
-    if not isinstance(item, dict):
-        raise BadInput(f"approvals[{n}] must be an object, not {type_name(item)}")
-    _known_keys(item, f"approvals[{n}]", {"id", "expires_in", "action"})
-    try:
-        expires_in = parse_duration(item.get("expires_in"))  # type: ignore[arg-type]
-    except (BadInput, AttributeError, TypeError):
-        raise BadInput(f"approvals[{n}].expires_in must be a duration like 4h") from None
+    item = _object(item, f"approvals[{n}]", {"id", "expires_in", "action"})
+    expires_in = _duration(item, "expires_in", f"approvals[{n}]", "4h")
     request_id = _text(item.get("id"), f"approvals[{n}].id")
     try:
         check_key("approval", request_id)
@@ -108,13 +117,8 @@ def _approval(item: Any, n: int) -> ApprovalRequest:
 def _timer(item: Any, n: int) -> FollowUp:
     from agentbox.engine.timers import check_spec
 
-    if not isinstance(item, dict):
-        raise BadInput(f"timers[{n}] must be an object, not {type_name(item)}")
-    _known_keys(item, f"timers[{n}]", {"name", "in", "payload"})
-    try:
-        after = parse_duration(item.get("in"))  # type: ignore[arg-type]
-    except (BadInput, AttributeError, TypeError):
-        raise BadInput(f"timers[{n}].in must be a duration like 15m") from None
+    item = _object(item, f"timers[{n}]", {"name", "in", "payload"})
+    after = _duration(item, "in", f"timers[{n}]", "15m")
     payload = item.get("payload", {})
     follow_up = FollowUp(_text(item.get("name"), f"timers[{n}].name"), after,
                          canonical_object(payload, f"timers[{n}].payload"))
