@@ -1,7 +1,7 @@
 """Scenario files: the article's failure cases, and a user's own, as data.
 
 A scenario is a TOML file of steps against a simulated clock (the format is
-described in docs/scenarios.md). :func:`run` replays one through the
+described in the README, "Scenarios"). :func:`run` replays one through the
 :class:`~agentbox.engine.store.Store` on a fresh temporary database, making
 the same engine calls the commands make, and records what each step observed
 next to what it expected. Nothing here decides an outcome: every rule lives
