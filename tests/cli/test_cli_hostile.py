@@ -346,3 +346,19 @@ def test_a_read_only_inbox_is_refused_for_writes_and_kept(
     assert db.read_bytes() == before
     db.chmod(0o600)
     assert query(db, "SELECT COUNT(*) FROM events") == [(3,)]
+
+
+def test_db_in_a_missing_folder_is_refused_without_making_it(cli: Cli, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "inbox.sqlite3"
+    result = cli("--db", str(target), "status")
+    assert result.code == 1
+    assert "does not exist" in result.err and result.err.count("\n") == 1
+    assert not (tmp_path / "no").exists()
+
+
+def test_db_under_a_regular_file_is_one_clear_line(cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = cli("--db", str(blocker / "inbox.sqlite3"), "ingest", "s", "1")
+    assert result.code == 1
+    assert "cannot create the database" in result.err and "unexpected" not in result.err

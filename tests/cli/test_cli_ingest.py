@@ -199,10 +199,11 @@ def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox: Path) -> None:
 
 def test_db_flag_names_the_file(cli: Cli, tmp_path: Path, home: Path, query: Any) -> None:
     db = tmp_path / "elsewhere" / "inbox.db"
+    db.parent.mkdir()
     assert cli("--db", str(db), "ingest", "s", "1", now=T0).code == 0
     assert query(db, "SELECT source, source_id FROM events") == [("s", "1")]
     assert not (home / "inboxes").exists()
-    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
 def test_each_user_has_an_inbox_of_their_own(cli: Cli, home: Path, query: Any) -> None:

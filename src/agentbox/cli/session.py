@@ -42,7 +42,8 @@ class Session:
         if self._store is None:
             from agentbox.engine.store import SqliteStore
 
-            self._store = SqliteStore(self.db_path)
+            # The user's own folders are made by db_path; a --db folder must exist.
+            self._store = SqliteStore(self.db_path, make_folders=False)
         return self._store
 
     def user_or_none(self) -> str | None:

@@ -39,15 +39,25 @@ def translate(exc: sqlite3.Error, path: str | os.PathLike[str] = "") -> Exceptio
     return DatabaseError(f"{where}database error: {text}")
 
 
-def _create_private_file(path: Path) -> None:
-    """Make an empty 0600 file, so SQLite and its -wal/-shm files inherit 0600."""
-    from agentbox.paths import private_dir
+def _create_private_file(path: Path, make_folders: bool) -> None:
+    """Make an empty 0600 file, so SQLite and its -wal/-shm files inherit 0600.
 
-    private_dir(path.parent)
+    Missing folders are made 0700 only when asked: a mistyped ``--db`` folder
+    is an error, not a new tree.
+    """
+    if make_folders:
+        from agentbox.paths import private_dir
+
+        private_dir(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return
+    except FileNotFoundError:
+        raise DatabaseError(f"{path}: folder {path.parent} does not exist") from None
+    except OSError as exc:
+        raise DatabaseError(f"{path}: cannot create the database: "
+                            f"{exc.strerror or exc}") from None
     os.close(fd)
 
 
@@ -63,11 +73,12 @@ def _check_header(path: Path) -> None:
         raise DatabaseError(f"{path}: not an agentbox database (not an SQLite file)")
 
 
-def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL") -> sqlite3.Connection:
+def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
+            make_folders: bool = True) -> sqlite3.Connection:
     """Open (creating if needed) an inbox file and bring its schema up to date."""
     file = Path(path)
     if not file.exists():
-        _create_private_file(file)
+        _create_private_file(file, make_folders)
     else:
         _check_header(file)
     try:

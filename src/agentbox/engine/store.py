@@ -90,9 +90,11 @@ class Store(Protocol):
 class SqliteStore:
     """One user's inbox in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL",
+                 make_folders: bool = True) -> None:
         self.location = os.fspath(path)
-        self.conn: sqlite3.Connection = db.connect(path, synchronous=synchronous)
+        self.conn: sqlite3.Connection = db.connect(path, synchronous=synchronous,
+                                                   make_folders=make_folders)
 
     def close(self) -> None:
         self.conn.close()
