@@ -327,14 +327,9 @@ def _in_unit(seconds: int, unit: str | None) -> int | float:
 
 def _payload(run: _Run, a: Mapping[str, Any]) -> Any:
     if a["timer"] is not None:
-        # The newest event keyed NAME@scheduled-time: an observation the Store
-        # interface has no listing for, so it is read directly.
-        prefix = f"{a['timer']}@"
-        row = run.store.conn.execute(
-            """SELECT id FROM events WHERE source = 'timer'
-               AND substr(source_id, 1, ?) = ? ORDER BY id DESC LIMIT 1""",
-            (len(prefix), prefix)).fetchone()
-        event = None if row is None else run.store.event(int(row[0]))
+        # The newest event keyed NAME@scheduled-time.
+        fired = run.store.timer_events(a["timer"])
+        event = fired[-1] if fired else None
     else:
         event = run.store.find(a["source"], a["id"])
     if event is None:

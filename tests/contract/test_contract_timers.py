@@ -120,3 +120,16 @@ def test_an_answer_checks_the_deadline_itself(backend: Store) -> None:
     assert backend.status().events["pending"] == 1  # one outcome, one event
     with pytest.raises(BadInput):
         backend.answer_approval("refund-882", "maybe", T)
+
+
+def test_timer_events_lists_what_a_timer_fired_and_nothing_else(backend: Store) -> None:
+    backend.add_timer(DIGEST, T)
+    backend.add_timer(TimerSpec(name="digestA", due=T, every=DAY), T)  # a name just past it
+    backend.add_timer(TimerSpec(name="dig", due=T, every=DAY), T)      # a name just before
+    backend.ingest("chat", "digest@1", "{}", T)                       # another source
+    assert backend.tick(T) == 3
+    assert backend.tick(T + DAY) == 3
+    events = backend.timer_events("digest")
+    assert [e.source_id for e in events] == [f"digest@{T}", f"digest@{T + DAY}"]
+    assert all(e.source == "timer" for e in events)
+    assert backend.timer_events("never-added") == []

@@ -257,6 +257,16 @@ def find(conn: sqlite3.Connection, source: str, source_id: str) -> Event | None:
     return found[0] if found else None
 
 
+def with_key_prefix(conn: sqlite3.Connection, source: str, prefix: str) -> list[Event]:
+    """Events of ``source`` whose source_id starts with ``prefix``, oldest first.
+
+    A range on the (source, source_id) key, so it reads only the matching rows.
+    """
+    bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return _events(conn, "source = ? AND source_id >= ? AND source_id < ? ORDER BY id",
+                   (source, prefix, bound))
+
+
 def dead(conn: sqlite3.Connection, limit: int | None = None) -> list[Event]:
     return _events(conn, "status = 'dead' ORDER BY id LIMIT ?",
                    (-1 if limit is None else limit,))

@@ -72,6 +72,7 @@ class Store(Protocol):
     def remove_timer(self, name: str, now: int) -> bool: ...
     def timers(self, include_done: bool = False) -> list[Timer]: ...
     def tick(self, now: int, policy: Policy | None = None) -> int: ...
+    def timer_events(self, name: str) -> list[Event]: ...
     def request_approval(self, request_id: str, now: int, expires_in: int,
                          action: str) -> bool: ...
     def answer_approval(self, request_id: str, reply: str, now: int) -> str: ...
@@ -174,6 +175,11 @@ class SqliteStore:
         from agentbox.engine import timers
 
         return timers.listing(self.conn, include_done)
+
+    def timer_events(self, name: str) -> list[Event]:
+        from agentbox.engine import timers
+
+        return timers.events(self.conn, name)
 
     def tick(self, now: int, policy: Policy | None = None) -> int:
         from agentbox.engine import timers

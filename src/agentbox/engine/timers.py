@@ -152,6 +152,11 @@ def next_due(conn: sqlite3.Connection) -> Timer | None:
     return _row(row) if row else None
 
 
+def events(conn: sqlite3.Connection, name: str) -> list[inbox.Event]:
+    """The events a timer has put into the inbox (keyed ``NAME@time``), oldest first."""
+    return inbox.with_key_prefix(conn, "timer", f"{name}@")
+
+
 def _occurrences(timer: Timer, now: int, limit: int) -> list[tuple[int, int]]:
     """The (scheduled_for, skipped) events one pass emits for a due timer."""
     if timer.every is None:
