@@ -87,7 +87,9 @@ def run(argv: list[str] | None = None) -> int:
             exc.show()
         return int(exc.exit_code)
     except ClickException as exc:
-        render.error(exc.format_message() + "  (try 'agentbox --help')")
+        context = getattr(exc, "ctx", None)
+        where = context.command_path if context is not None else "agentbox"
+        render.error(f"{exc.format_message()}  (try '{where} --help')")
         return int(exc.exit_code)
     except Abort:
         render.error("aborted")
