@@ -11,7 +11,6 @@ from agentbox.cli.app import JsonFlag, app, session
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
     from agentbox.engine.inbox import Event, IngestResult
-    from agentbox.engine.store import Store
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
 
@@ -182,24 +181,13 @@ def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: byt
     raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
 
 
-def _store(ctx: typer.Context) -> "tuple[Session, Store]":
-    """The session and its store, after checking any user name that was given.
-
-    With ``--db`` the file is named directly, but a bad ``--user`` or
-    ``AGENTBOX_USER`` is still refused rather than silently ignored.
-    """
-    sess = session(ctx)
-    if sess.user_flag is not None or os.environ.get("AGENTBOX_USER"):
-        _ = sess.user  # raises BadInput for a bad name, before the store is opened
-    return sess, sess.store()
-
-
 @app.command()
 def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Counts by state, the lease, the next timer and the held messages."""
     from agentbox import render
 
-    sess, store = _store(ctx)
+    sess = session(ctx)
+    store = sess.store()
     state = store.status()
     lease = state.lease
     timer = state.next_timer
@@ -250,7 +238,7 @@ app.add_typer(dead_app, name="dead")
 def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
     from agentbox import render
 
-    rows = [event_doc(e) for e in _store(ctx)[1].dead(limit)]
+    rows = [event_doc(e) for e in session(ctx).store().dead(limit)]
     render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
                    as_json, title="dead events", empty="none",
                    human={"updated_at": render.when})
@@ -283,7 +271,7 @@ def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
     from agentbox import render
     from agentbox.errors import BadInput
 
-    store = _store(ctx)[1]
+    store = session(ctx).store()
     event = store.event(event_id)
     if event is None:
         raise BadInput(f"no event with id {event_id}")
@@ -319,7 +307,8 @@ def replay(
 
     if bool(ids) == replay_all:
         raise UsageError("name event ids or --all, not both and not neither")
-    sess, store = _store(ctx)
+    sess = session(ctx)
+    store = sess.store()
     if ids:
         unknown = [i for i in ids if store.event(i) is None]
         if unknown:
