@@ -70,8 +70,17 @@ def _die_with_parent() -> None:
 
 def _drain(stream: IO[bytes], keep: int, tail: bool, into: list[bytes],
            truncated: list[bool]) -> None:
+    """Read ``stream`` to its end, keeping its first (or, with ``tail``, last) ``keep`` bytes.
+
+    Once the head is full the rest is read and dropped, not joined and cut
+    again per chunk: a flood of output costs a pass over it, not a copy of
+    the whole bound for every 64 KiB.
+    """
     size = 0
     while chunk := stream.read(65536):
+        if size >= keep and not tail:
+            truncated[0] = True
+            continue
         into.append(chunk)
         size += len(chunk)
         if size > keep:
