@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,9 +60,26 @@ def _cell(value: Any) -> str:
 
 
 def _console() -> Any:
+    """A console that prints text as written: rich never reads it as markup.
+
+    Cells carry users' own words (source ids, errors, payloads, actions), and
+    a ``[/x]`` in one of them must show as itself, not fail the command.
+    """
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, markup=False)
+
+
+def _grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None,
+          cell: Callable[[Any], Any]) -> Any:
+    from rich.table import Table
+
+    grid = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*(cell(v) for v in row))
+    return grid
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
@@ -71,14 +88,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     if not rows:
         line(f"{title}: {empty}" if title else empty)
         return
-    from rich.table import Table
-
-    grid = Table(title=title, title_justify="left", header_style="bold")
-    for column in columns:
-        grid.add_column(column, overflow="fold")
-    for row in rows:
-        grid.add_row(*(_cell(v) for v in row))
-    (console or _console()).print(grid)
+    (console or _console()).print(_grid(columns, rows, title, _cell))
 
 
 def records(items: Sequence[Mapping[str, Any]], columns: Sequence[str], as_json: bool,
@@ -111,26 +121,16 @@ def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
 
 def checklist(columns: Sequence[str], rows: Sequence[Sequence[Any]],
               title: str | None = None) -> None:
-    """A table of literal text with verdicts: a cell that is exactly True or False
-    is drawn as a green ✓ or a red ✗.
+    """A table with verdicts: a cell that is exactly True or False (a count of
+    1 or 0 is not) is drawn as a green ✓ or a red ✗."""
+    _console().print(_grid(columns, rows, title, _verdict))
 
-    Cells are never read as rich markup, so text from a user's own file (a
-    payload with square brackets, say) shows exactly as written.
-    """
-    from rich.table import Table
+
+def _verdict(value: Any) -> Any:
     from rich.text import Text
 
-    def cell(value: Any) -> Text:
-        if value is True:
-            return Text("✓", style="bold green")
-        if value is False:
-            return Text("✗", style="bold red")
-        return Text(_cell(value))
-
-    grid = Table(title=Text(title) if title else None, title_justify="left",
-                 header_style="bold")
-    for column in columns:
-        grid.add_column(column, overflow="fold")
-    for row in rows:
-        grid.add_row(*(cell(v) for v in row))
-    _console().print(grid)
+    if value is True:
+        return Text("✓", style="bold green")
+    if value is False:
+        return Text("✗", style="bold red")
+    return _cell(value)
