@@ -1,4 +1,4 @@
-"""ingest, status, dead, replay and config: the inbox side of the CLI."""
+"""ingest, status, dead and replay: the inbox side of the CLI."""
 
 import os
 import sys
@@ -192,7 +192,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     lease = state.lease
     timer = state.next_timer
     doc = {
-        "user": sess.user if sess.db_flag is None else sess.user_or_none(),
+        "user": sess.user_or_none(),  # None only where --db stands in for a bad login name
         "db": str(sess.db_path),
         "events": state.events,
         "outbox": state.outbox,
