@@ -195,17 +195,14 @@ class Worker:
     def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
         ids = [e.id for e in events]
         ttl = self.policy.lease_ttl
-        lost: list[bool] = []
         child: list[subprocess.Popen[bytes]] = []
 
         def heartbeat() -> bool:
+            """Renew the lease; False (the child is stopped) when it cannot be kept."""
             try:
-                kept = self.store.renew(self.holder, generation, self.clock(), ttl)
+                return self.store.renew(self.holder, generation, self.clock(), ttl)
             except (AgentboxError, sqlite3.Error):
-                kept = False  # cannot prove we still hold it: stop rather than race
-            if not kept:
-                lost.append(True)
-            return kept
+                return False  # cannot prove we still hold it: stop rather than race
 
         env = {**self.env, "AGENTBOX_USER": self.user, "AGENTBOX_DB": self.db,
                "AGENTBOX_GENERATION": str(generation)}
@@ -229,18 +226,18 @@ class Worker:
             return self._fail(generation, ids, fired, str(exc))
         if self._signalled is not None:
             return self._interrupted(generation, ids, fired)
-        if lost or result.stopped:
+        if result.stopped:  # only a failed heartbeat stops the child
             return RunReport("lost", EXIT_CODES["lost"], generation, tuple(ids), fired,
                              error=f"lease lost while the handler ran (generation "
                                    f"{generation}); the handler was stopped and nothing "
                                    "was recorded")
-        tail = result.stderr_tail.strip()
         if not result.ok:
             why = result.describe()
             if result.timed_out:
                 why = why.replace("timed out", "timed out after "
                                   + format_duration(self.policy.handler_timeout), 1)
             return self._fail(generation, ids, fired, f"handler {why}")
+        tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:
                 raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
