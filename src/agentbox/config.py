@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -114,18 +114,29 @@ def load(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read config: {exc}") from None
 
 
-def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+def parse_settings(table: Mapping[str, Any], where: str,
+                   known: Collection[str] = tuple(KEYS)) -> dict[str, Any]:
+    """Every setting of ``table`` checked and parsed; a problem names ``where`` and the key.
+
+    Shared by config.toml and scenario files, so a value means the same in both.
+    """
     parsed = {}
     for key, raw in table.items():
-        if key == "users":
-            continue
-        if key not in KEYS:
-            raise UsageError(f"{where}: unknown setting {key!r}")
+        if key not in known:
+            raise BadInput(f"{where}: unknown setting {key!r} (known: {', '.join(known)})")
         try:
             parsed[key] = KEYS[key].parse(raw)
         except BadInput as exc:
-            raise UsageError(f"{where}: {key}: {exc}") from None
+            raise BadInput(f"{where}: {key}: {exc}") from None
     return parsed
+
+
+def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One table of config.toml; a bad config is a usage error, not bad data."""
+    try:
+        return parse_settings({k: v for k, v in table.items() if k != "users"}, where)
+    except BadInput as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Settings:

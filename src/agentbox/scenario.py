@@ -618,23 +618,12 @@ def _field(name: str, check: Check, value: Any, start: int) -> Any:
 
 
 def _policy(settings: Any, origin: str) -> Policy:
-    from agentbox.config import KEYS
+    from agentbox.config import KEYS, parse_settings
 
     if not isinstance(settings, dict):
         raise BadInput(f"{origin}: [settings] must be a table")
     allowed = [name for name in Policy._fields if name in KEYS]
-    values = {}
-    for key, raw in settings.items():
-        if key not in allowed:
-            raise BadInput(f"{origin}: settings: unknown setting {key!r} "
-                           f"(known: {', '.join(allowed)})")
-        try:
-            values[key] = KEYS[key].parse(raw)
-        except BadInput as exc:
-            raise BadInput(f"{origin}: settings: {key}: {exc}") from None
-        except (AttributeError, TypeError, ValueError):
-            raise BadInput(f"{origin}: settings: {key}: not a valid value: {raw!r}") from None
-    return Policy(**values)
+    return Policy(**parse_settings(settings, f"{origin}: settings", allowed))
 
 
 def parse(text: str, origin: str, name: str) -> Scenario:
