@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentbox.engine.schema import MIGRATIONS, SCHEMA_VERSION
+from agentbox.engine.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
 from agentbox.errors import Busy, DatabaseError
 
 APPLICATION_ID = 0x41474258  # "AGBX": marks a file as an agentbox inbox
@@ -220,6 +220,13 @@ def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise translate(exc) from None
+
+
+def state_counts(conn: sqlite3.Connection, table: str) -> dict[str, int]:
+    """Rows of ``table`` per state, every state present, from the trigger-kept tallies."""
+    rows = conn.execute("SELECT state, n FROM state_counts WHERE tbl = ?", (table,)).fetchall()
+    found = {state: int(n) for state, n in rows}
+    return {state: found.get(state, 0) for state in COUNTED[table][1]}
 
 
 def instance_id(conn: sqlite3.Connection) -> str:

@@ -291,9 +291,3 @@ def replay(conn: sqlite3.Connection, ids: Sequence[int] | None, now: int) -> lis
         replayed.sort()
         history.record_many(conn, now, "event", "replayed", ((i, None, None) for i in replayed))
         return replayed
-
-
-def counts(conn: sqlite3.Connection) -> dict[str, int]:
-    rows = conn.execute("SELECT state, n FROM state_counts WHERE tbl = 'events'").fetchall()
-    found = {state: int(n) for state, n in rows}
-    return {state: found.get(state, 0) for state in ("pending", "running", "done", "dead")}

@@ -25,11 +25,12 @@ from agentbox.engine import history
 from agentbox.engine.answer import Message
 from agentbox.engine.db import instance_id, write
 from agentbox.engine.policy import DELIVERY_MODES
+from agentbox.engine.schema import OUTBOX_STATES
 from agentbox.errors import BadInput, NotAsAsked
 
 SEPARATOR = "\n\n"
 CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
-STATES = ("held", "sending", "sent", "uncertain")
+STATES = OUTBOX_STATES
 OPEN_STATES = ("held", "sending", "uncertain")
 
 Outcome = Literal["sent", "failed", "unknown"]
@@ -290,9 +291,3 @@ def listing(conn: sqlite3.Connection, states: Sequence[str] = OPEN_STATES,
         [*states, limit]).fetchall()
     return [OutboxMessage(i, b, bool(u), s, k, c, t, e)
             for i, b, u, s, k, c, t, e in reversed(rows)]
-
-
-def counts(conn: sqlite3.Connection) -> dict[str, int]:
-    rows = conn.execute("SELECT state, n FROM state_counts WHERE tbl = 'outbox'").fetchall()
-    found = {state: int(n) for state, n in rows}
-    return {state: found.get(state, 0) for state in STATES}

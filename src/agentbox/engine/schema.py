@@ -6,17 +6,20 @@ migration that has shipped; append a new one.
 
 from __future__ import annotations
 
+EVENT_STATES = ("pending", "running", "done", "dead")
+OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
+
 # Counts per state are kept by triggers, so `status` costs the same on a
 # million events as on ten.
-_COUNTED = {
-    "events": ("status", ("pending", "running", "done", "dead")),
-    "outbox": ("state", ("held", "sending", "sent", "uncertain")),
+COUNTED = {
+    "events": ("status", EVENT_STATES),
+    "outbox": ("state", OUTBOX_STATES),
 }
 
 
 def _count_triggers() -> str:
     parts: list[str] = []
-    for table, (column, states) in _COUNTED.items():
+    for table, (column, states) in COUNTED.items():
         parts.extend(
             f"INSERT INTO state_counts (tbl, state, n) VALUES ('{table}', '{state}', 0);"
             for state in states

@@ -132,9 +132,9 @@ class SqliteStore:
         return inbox.replay(self.conn, ids, now)
 
     def status(self) -> Status:
-        from agentbox.engine import outbox, timers
+        from agentbox.engine import timers
 
-        return Status(inbox.counts(self.conn), outbox.counts(self.conn),
+        return Status(db.state_counts(self.conn, "events"), db.state_counts(self.conn, "outbox"),
                       lease.current(self.conn), timers.next_due(self.conn))
 
     def lease(self) -> Lease | None:
