@@ -89,10 +89,10 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
     try:
         # Refuse a foreign or newer file before anything (even the journal
         # mode, which lives in the file header) is written to it.
-        _check_identity(conn, file)
+        version = _check_identity(conn, file)
         _enable_wal(conn, file)
         conn.execute(f"PRAGMA synchronous={synchronous}")
-        migrate(conn, file)
+        migrate(conn, file, version)
     except sqlite3.Error as exc:
         conn.close()
         raise translate(exc, file) from None
@@ -157,13 +157,13 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
     return int(version)
 
 
-def migrate(conn: sqlite3.Connection, path: Path) -> None:
+def migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
     """Apply each missing migration in its own transaction, with its record.
 
-    The version is re-read inside the transaction, so processes racing to
-    create the same new file apply each migration exactly once.
+    ``version`` is the file's as last read; it is read again inside each
+    transaction, so processes racing to create the same new file apply each
+    migration exactly once.
     """
-    version = _check_identity(conn, path)
     while version < SCHEMA_VERSION:
         with write(conn):
             version = _check_identity(conn, path)
