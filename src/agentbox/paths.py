@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from agentbox.errors import BadInput
+from agentbox.errors import AgentboxError, BadInput
 
 APP = "agentbox"
 _USER_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -73,8 +73,16 @@ def inbox_path(user: str) -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create a folder, and any missing parents, readable by this user only."""
+    """Create a folder, and any missing parents, readable by this user only.
+
+    A folder that cannot be made (no permission, a file in the way) is one
+    clear line naming it, not an unexpected OSError.
+    """
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise AgentboxError(f"cannot create folder {folder}: "
+                                f"{exc.strerror or exc}") from None
     return path
