@@ -122,15 +122,28 @@ def systemd(
     texts = units(sess.user, exec_argv, interval, None if home is None else str(home.resolve()),
                   os.getcwd())
     if directory is not None:
-        paths.private_dir(directory)
-        for name, text in texts.items():
-            (directory / name).write_text(text, encoding="utf-8")
+        _write(directory, texts)
+    if as_json:
+        render.document([{"name": name, "text": text,
+                          "path": None if directory is None else str(directory / name)}
+                         for name, text in texts.items()])
+    elif directory is not None:
         for name in texts:
             render.line(str(directory / name))
-        return
-    if as_json:
-        render.document([{"name": name, "text": text} for name, text in texts.items()])
-        return
+    else:
+        for name, text in texts.items():
+            render.line(f"# {name}")
+            render.line(text)
+
+
+def _write(directory: Path, texts: dict[str, str]) -> None:
+    from agentbox import paths
+    from agentbox.errors import AgentboxError
+
+    paths.private_dir(directory)
     for name, text in texts.items():
-        render.line(f"# {name}")
-        render.line(text)
+        try:
+            (directory / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise AgentboxError(f"cannot write {directory / name}: "
+                                f"{exc.strerror or exc}") from None
