@@ -180,7 +180,8 @@ def tick(conn: sqlite3.Connection, now: int, policy: Policy | None = None) -> in
             (now,)).fetchall()]
         for timer in due:
             base = json.loads(timer.payload)
-            for at, skipped in _occurrences(timer, now, limit):
+            occurrences = _occurrences(timer, now, limit)
+            for at, skipped in occurrences:
                 body = {**base, "timer": timer.name, "scheduled_for": at,
                         "late_by": now - at, "skipped": skipped}
                 stored = inbox.store_in(conn, timer.event_source or "timer",
@@ -191,8 +192,7 @@ def tick(conn: sqlite3.Connection, now: int, policy: Policy | None = None) -> in
                                       f"{stored.id} {stored.outcome}")
             if timer.every is None:
                 conn.execute("UPDATE timers SET done = 1 WHERE name = ?", (timer.name,))
-            else:
-                last = timer.due + ((now - timer.due) // timer.every) * timer.every
+            else:  # the last occurrence is always the latest one due
                 conn.execute("UPDATE timers SET due = ? WHERE name = ?",
-                             (last + timer.every, timer.name))
+                             (occurrences[-1][0] + timer.every, timer.name))
         return len(due)
