@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from agentbox.durations import parse_duration
 from agentbox.engine.policy import DELIVERY_MODES, Policy
-from agentbox.errors import BadInput, UsageError
+from agentbox.errors import AgentboxError, BadInput, UsageError
 
 
 def _seconds(value: Any, allow_zero: bool = False) -> int:
@@ -189,12 +189,15 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     table[key] = value
     private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            tomli_w.dump(doc, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                tomli_w.dump(doc, fh)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:  # a read-only or full disk: say so, leave the old file whole
+        raise AgentboxError(f"{path}: cannot write config: {exc.strerror or exc}") from None
     return value
