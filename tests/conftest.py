@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.engine.store import SqliteStore
+from proctools import proc_env
 
 T0 = 1_000_000  # the article's simulated clock starts here
 
@@ -55,12 +56,6 @@ def cli(home: Path, capsys: pytest.CaptureFixture[str],
         return Result(code, captured.out, captured.err)
 
     return invoke
-
-
-def proc_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
-    env.update(AGENTBOX_HOME=str(home), AGENTBOX_USER="alice", **extra)
-    return env
 
 
 @pytest.fixture

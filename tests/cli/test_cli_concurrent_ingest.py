@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -15,13 +14,9 @@ from typing import Any
 
 import pytest
 
+from proctools import proc_env
+
 T0 = 1_000_000
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
-    env.update(AGENTBOX_HOME=str(home), AGENTBOX_USER="alice", AGENTBOX_NOW=str(T0))
-    return env
 
 
 def _race(home: Path, jobs: Sequence[tuple[list[str], str]]) -> list[tuple[int, str, str]]:
@@ -34,7 +29,8 @@ def _race(home: Path, jobs: Sequence[tuple[list[str], str]]) -> list[tuple[int, 
     with ExitStack() as stack:
         outputs = [(stack.enter_context(tempfile.TemporaryFile("w+")),
                     stack.enter_context(tempfile.TemporaryFile("w+"))) for _ in jobs]
-        procs = [subprocess.Popen([sys.executable, "-m", "agentbox", *argv], env=_env(home),
+        env = proc_env(home, AGENTBOX_NOW=str(T0))
+        procs = [subprocess.Popen([sys.executable, "-m", "agentbox", *argv], env=env,
                                   stdin=subprocess.PIPE, stdout=out, stderr=err, text=True)
                  for (argv, _), (out, err) in zip(jobs, outputs, strict=True)]
         try:

@@ -16,6 +16,8 @@ import pytest
 
 from agentbox.engine.outbox import CLAIM_GRACE
 from agentbox.engine.store import SqliteStore
+from contract.kit import states
+from proctools import alive, finish_proc, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,23 +26,6 @@ T = 1_000_000
 SEND_TIMEOUT = 60
 DEADLINE = T + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T
 WAIT = 60.0  # generous: two cores, other test runs beside us
-
-
-def poll(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    give_up = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie nobody reaped counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def start_dispatch(sender: Any, now: int, *flags: str, wait: bool = False) -> subprocess.Popen[str]:
@@ -52,29 +37,20 @@ def start_dispatch(sender: Any, now: int, *flags: str, wait: bool = False) -> su
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=WAIT)
-    return proc.returncode, out, err
-
-
 def kill_mid_send(sender: Any, now: int, mode: str) -> dict[str, Any]:
     """Start a dispatch whose sender hangs, then SIGKILL the dispatcher and its sender."""
     before = len(sender.calls())
     proc = start_dispatch(sender, now, "--mode", mode, wait=True)
     try:
-        poll(lambda: len(sender.calls()) > before, "the sender's marker")
+        wait_for(lambda: len(sender.calls()) > before, "the sender's marker")
     finally:
         proc.kill()
         proc.communicate(timeout=WAIT)
     call: dict[str, Any] = sender.calls()[-1]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(call["pid"], signal.SIGKILL)
-    poll(lambda: gone(call["pid"]), "the sender to die")
+    wait_for(lambda: not alive(call["pid"]), "the sender to die")
     return call
-
-
-def states(inbox: SqliteStore) -> list[str]:
-    return [m.state for m in inbox.outbox(("held", "sending", "sent", "uncertain"))]
 
 
 def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
@@ -154,16 +130,16 @@ def test_two_dispatchers_started_together_send_each_row_once(
     try:
         # One claims the rows and its sender hangs; the other finds them taken and
         # ends while that send is still in flight.
-        poll(lambda: any(p.poll() is not None for p in procs), "one dispatcher to end")
-        poll(lambda: len(sender.calls()) >= 1, "the sender's marker")
+        wait_for(lambda: any(p.poll() is not None for p in procs), "one dispatcher to end")
+        wait_for(lambda: len(sender.calls()) >= 1, "the sender's marker")
         assert len(sender.calls()) == 1
         loser = next(p for p in procs if p.poll() is not None)
-        code, out, err = finish(loser)
+        code, out, err = finish_proc(loser)
         assert (code, out) == (0, "")
         assert "nothing to send" in err and "1 dispatch(es) in flight" in err
     finally:
         sender.release.touch()
-    results = [finish(p) for p in procs if p is not loser]
+    results = [finish_proc(p) for p in procs if p is not loser]
     assert [r[0] for r in results] == [0]
     assert [c["body"] for c in sender.calls()] == ["a\n\nb\n\nc"]
     assert states(inbox) == ["sent", "sent", "sent"]
@@ -175,7 +151,7 @@ def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
     cli_queue(T, "slow channel")
     proc = start_dispatch(sender, T, wait=True)
     try:
-        poll(lambda: len(sender.calls()) == 1, "the sender's marker")
+        wait_for(lambda: len(sender.calls()) == 1, "the sender's marker")
         started = time.monotonic()
         ingested = agentbox_proc("ingest", "github", "delivery-1", "--payload", '{"n": 1}',
                                  env={"AGENTBOX_NOW": str(T + 1)})
@@ -188,7 +164,7 @@ def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
     assert "stored" in ingested.stdout
     # The busy timeout is 30 s; a held write lock would have kept ingest waiting on it.
     assert elapsed < 10, elapsed
-    code, _, err = finish(proc)
+    code, _, err = finish_proc(proc)
     assert code == 0, err
     assert states(inbox) == ["sent"]
     assert inbox.find("github", "delivery-1") is not None

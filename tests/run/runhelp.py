@@ -1,17 +1,11 @@
-"""Helpers for the run tests: the handler program, polling (no fixed sleeps: the
-machine is shared), and reading what a run left behind."""
+"""Helpers for the run tests: the handler program, and reading what it recorded."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from agentbox.engine.store import SqliteStore
+from proctools import wait_for
 
 HANDLER = r'''
 import argparse, json, os, subprocess, sys, time
@@ -62,24 +56,6 @@ else:
 T0 = 1_000_000
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
-    """Poll until ``condition()`` is true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    """A process exists and is not a zombie waiting for its reaper."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def started_pids(path: Path) -> list[int]:
     wait_for(path.exists, f"the handler to write {path.name}")
     return [int(p) for p in path.read_text().split()]
@@ -90,18 +66,3 @@ def records(path: Path) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def event_state(store: SqliteStore, source_id: str, source: str = "chat") -> tuple[str, int]:
-    event = store.find(source, source_id)
-    assert event is not None, f"no event {source}/{source_id}"
-    return event.status, event.attempts
-
-
-def actions(store: SqliteStore, event_id: int) -> list[str]:
-    return [entry.action for entry in store.story(event_id)]
-
-
-def finish_proc(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, err

@@ -13,7 +13,10 @@ import signal
 import time
 
 import pytest
-from runhelp import T0, actions, alive, event_state, finish_proc, records, started_pids, wait_for
+from runhelp import T0, records, started_pids
+
+from engine.enginekit import actions, state
+from proctools import alive, finish_proc, wait_for
 
 pytestmark = pytest.mark.slow
 TTL = 120  # the default lease_ttl
@@ -39,7 +42,7 @@ def test_sigkill_mid_run_is_retried_once_the_lease_expires(
     wait_for(lambda: not any(alive(p) for p in handler_pids), "the handler group to die")
 
     store = inbox()
-    assert event_state(store, "m1") == ("running", 1)
+    assert state(store, "m1") == ("running", 1)
     live = agentbox_proc("run", "--", *handler, env={"AGENTBOX_NOW": str(T0 + TTL // 2)})
     assert live.returncode == 75, live.stderr
     assert len(records(log)) == 1  # the second worker never reached a handler
@@ -50,7 +53,7 @@ def test_sigkill_mid_run_is_retried_once_the_lease_expires(
     first, retry = records(log)
     assert [e["attempt"] for e in retry["batch"]["events"]] == [2]
     assert retry["batch"]["generation"] > first["batch"]["generation"]
-    assert event_state(store, "m1") == ("done", 2)
+    assert state(store, "m1") == ("done", 2)
     assert messages(store) == ["handled m1"]
     assert actions(store, 1) == ["stored", "claimed", "abandoned", "claimed", "finished"]
 
@@ -79,7 +82,7 @@ def test_a_stalled_worker_is_fenced_out_after_a_takeover(
     assert "finish refused: this worker no longer holds the lease (generation 1)" in err
     assert "generation 1: finish refused by the lease fence" in out
     store = inbox()
-    assert event_state(store, "m1") == ("done", 2)
+    assert state(store, "m1") == ("done", 2)
     assert messages(store) == ["handled m1"]
     assert actions(store, 1).count("finished") == 1
 
@@ -112,7 +115,7 @@ def test_a_renewed_lease_is_never_taken_over(
     assert time.monotonic() - began > 3 * ttl  # it outlived the TTL several times over
     assert rivals >= 2 and len(untils) >= 2  # rivals came, and the lease kept moving
     assert len(records(log)) == 1
-    assert event_state(store, "m1") == ("done", 1)
+    assert state(store, "m1") == ("done", 1)
     assert messages(store) == ["handled m1"]
 
 
@@ -138,7 +141,7 @@ def test_a_signal_stops_the_handler_group_and_releases_the_lease(
     # Released: the next run at the very same moment need not wait out the TTL.
     again = agentbox_proc("run", "--", *handler, env={"AGENTBOX_NOW": str(T0)})
     assert again.returncode == 0, again.stderr
-    assert event_state(store, "m1") == ("done", 2)
+    assert state(store, "m1") == ("done", 2)
 
 
 def test_a_lost_lease_stops_the_handler_and_records_nothing(
@@ -158,5 +161,5 @@ def test_a_lost_lease_stops_the_handler_and_records_nothing(
     assert f"lease lost while the handler ran (generation {lease.generation})" in err
     assert "lease lost while the handler ran; 1 event(s) (1) left for the next worker" in out
     wait_for(lambda: not any(alive(p) for p in pids), "the handler group to stop")
-    assert event_state(store, "m1") == ("running", 1)
+    assert state(store, "m1") == ("running", 1)
     assert messages(store) == []

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runhelp import T0, actions, alive, event_state, records, started_pids, wait_for
+from runhelp import T0, records, started_pids
 
 from agentbox.engine.store import SqliteStore
 from agentbox.worker import idempotency_key
+from engine.enginekit import actions, state
+from proctools import alive, wait_for
 
 Cli = Callable[..., object]
 
@@ -45,7 +47,7 @@ def test_one_run_hands_the_batch_and_records_the_answer(cli, handler, tmp_path, 
     assert env["AGENTBOX_USER"] == "alice"
     assert env["AGENTBOX_GENERATION"] == "1"
     assert Path(env["AGENTBOX_DB"]) == Path(store.location).resolve()
-    assert event_state(store, "m1") == ("done", 1)
+    assert state(store, "m1") == ("done", 1)
     assert held(store) == [("handled m1,m2", False)]
     lease = store.lease()
     assert lease is not None and lease.until < T0  # released, not left to expire
@@ -71,7 +73,7 @@ def test_empty_output_is_silence(cli, handler, inbox):
     result = cli("run", "--", *handler, "--answer", "", now=T0)
     assert result.code == 0, result.err
     store = inbox()
-    assert event_state(store, "m1") == ("done", 1)
+    assert state(store, "m1") == ("done", 1)
     assert held(store) == []
 
 
@@ -107,7 +109,7 @@ def test_a_follow_up_cannot_replace_a_schedule_and_nothing_half_applies(cli, han
     assert result.code == 1
     assert "cannot replace timer 'digest': it is a recurring schedule" in result.err
     store = inbox()
-    assert event_state(store, "digest@1000000", source="timer") == ("pending", 1)
+    assert state(store, "digest@1000000", source="timer") == ("pending", 1)
     assert held(store) == [] and store.approvals(T0) == []
     assert {t.name: t.every for t in store.timers()} == {"digest": 86400}
 
@@ -154,7 +156,7 @@ def test_a_handler_that_overruns_its_timeout_is_stopped(cli, handler, tmp_path, 
     assert "handler timed out after 1s" in result.err
     pids = started_pids(started)
     wait_for(lambda: not any(alive(pid) for pid in pids), "the handler group to stop")
-    assert event_state(inbox(), "m1") == ("pending", 1)
+    assert state(inbox(), "m1") == ("pending", 1)
 
 
 def test_the_timeout_setting_comes_from_config(cli, handler, inbox):
@@ -175,7 +177,7 @@ def test_a_missing_handler_is_reported_before_anything_is_claimed(cli, inbox, tm
     result = cli("run", "--", str(script), now=T0)
     assert result.code == 1 and "is not executable" in result.err
     store = inbox()
-    assert event_state(store, "m1") == ("pending", 0)
+    assert state(store, "m1") == ("pending", 0)
     assert store.lease() is None
 
 
@@ -185,7 +187,7 @@ def test_the_handler_comes_from_a_flag_or_the_config(cli, handler, inbox):
     ingest(cli, "m1")
     assert cli("config", "set", "handler", shlex.join([*handler, "--answer", ""])).code == 0
     assert cli("run", now=T0).code == 0
-    assert event_state(inbox(), "m1") == ("done", 1)
+    assert state(inbox(), "m1") == ("done", 1)
     ingest(cli, "m2")
     result = cli("run", "--handler", "no-such-agentbox-handler --x", now=T0)
     assert result.code == 1 and "'no-such-agentbox-handler'" in result.err
@@ -214,7 +216,7 @@ def test_a_lease_held_elsewhere_exits_75_and_claims_nothing(cli, handler, inbox,
     assert result.code == 75
     assert "held by another worker (other-host:1:abcd, generation 1" in result.err
     assert records(log) == []
-    assert event_state(store, "m1") == ("pending", 0)
+    assert state(store, "m1") == ("pending", 0)
     assert store.find("timer", f"ping@{T0}") is not None  # the scheduler pass still ran
     assert store.lease().holder == "other-host:1:abcd"
 
@@ -235,7 +237,7 @@ def test_until_empty_repeats_runs_and_stops_at_a_failure(cli, handler, inbox):
     assert len(result.out.splitlines()) == 3  # m4, m5, then the poison run
     assert "cannot handle poison" in result.err
     store = inbox()
-    assert [event_state(store, s) for s in ("m4", "m5", "bad", "m6")] == [
+    assert [state(store, s) for s in ("m4", "m5", "bad", "m6")] == [
         ("done", 1), ("done", 1), ("pending", 1), ("pending", 0)]
 
 
@@ -246,8 +248,8 @@ def test_a_poison_event_goes_dead_and_the_healthy_one_is_done(cli, handler, inbo
              for n in range(5)]
     assert codes == [1, 1, 1, 0, 0]
     store = inbox()
-    assert event_state(store, "poison") == ("dead", 3)
-    assert event_state(store, "healthy") == ("done", 2)
+    assert state(store, "poison") == ("dead", 3)
+    assert state(store, "healthy") == ("done", 2)
     poison = store.find("chat", "poison")
     assert actions(store, poison.id) == ["stored", "claimed", "failed", "claimed", "failed",
                                          "claimed", "failed", "dead"]
