@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentbox import paths
-from agentbox.engine.answer import Answer, Message
-from agentbox.engine.policy import Policy
 from agentbox.engine.store import SqliteStore
+from contract.kit import say
 
 Queue = Callable[..., None]
-_numbers = itertools.count()
 
 # Records what it was given (body, dispatch key, environment) as one JSON line
 # before anything else, then waits for a release file if told to, then exits
@@ -45,28 +43,10 @@ sys.exit(code)
 """
 
 
-def put_messages(store: SqliteStore, now: int, *bodies: str, urgent: bool = False) -> None:
-    """Queue messages the way a run does: ingest, lease, claim, finish with an answer."""
-    n = next(_numbers)
-    store.ingest("test", f"event-{n}", "{}", now)
-    holder = f"tester-{n}"
-    generation = store.acquire(holder, now, 120)
-    assert generation is not None
-    events = store.claim(holder, generation, now, Policy())
-    assert events
-    answer = Answer(messages=tuple(Message(body, urgent) for body in bodies))
-    assert store.finish(holder, generation, now, [e.id for e in events], answer)
-    assert store.release(holder, generation, now)
-
-
 @pytest.fixture
 def queue(store: SqliteStore) -> Queue:
     """queue(now, "body", ..., urgent=False) into the engine-level ``store``."""
-
-    def put(now: int, *bodies: str, urgent: bool = False) -> None:
-        put_messages(store, now, *bodies, urgent=urgent)
-
-    return put
+    return partial(say, store)
 
 
 @pytest.fixture
@@ -82,10 +62,7 @@ def inbox(home: Path) -> Iterator[SqliteStore]:
 def cli_queue(inbox: SqliteStore) -> Queue:
     """queue(now, "body", ..., urgent=False) into alice's inbox."""
 
-    def put(now: int, *bodies: str, urgent: bool = False) -> None:
-        put_messages(inbox, now, *bodies, urgent=urgent)
-
-    return put
+    return partial(say, inbox)
 
 
 @dataclass
