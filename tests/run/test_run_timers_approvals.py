@@ -13,10 +13,8 @@ DAY, HOUR = 86400, 3600
 
 
 def timer_events(store, name: str) -> list[dict]:
-    rows = store.conn.execute(
-        "SELECT source_id, payload FROM events WHERE source = 'timer' AND source_id LIKE ? "
-        "ORDER BY id", (f"{name}@%",)).fetchall()
-    return [{"key": key, **json.loads(payload)} for key, payload in rows]
+    """What a timer fired: each event's key and payload, oldest first."""
+    return [{"key": e.source_id, **json.loads(e.payload)} for e in store.timer_events(name)]
 
 
 def tick(cli, now: int) -> int:
