@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from agentbox.engine import approvals, timers
@@ -67,6 +69,24 @@ def test_re_adding_and_replacing_timers(store):
     assert timers.add(conn, spec("d", T0, 3600), T0, replace=True) == "unchanged"
     with pytest.raises(NotAsAsked):
         timers.add(conn, spec("d", T0, 60), T0)
+
+
+def test_a_pass_stores_its_events_and_advances_its_timers_in_one_transaction(store):
+    """Rule 5: a crash between the event and the timer's advance leaves neither."""
+    conn = store.conn
+    timers.add(conn, spec("daily", T0, 86400), T0)
+    timers.add(conn, spec("once", T0), T0)
+    conn.execute("""CREATE TEMP TRIGGER crash_on_advance BEFORE UPDATE ON timers
+                    BEGIN SELECT RAISE(ABORT, 'crash before the timer moved on'); END""")
+    with pytest.raises(sqlite3.IntegrityError, match="crash before the timer moved on"):
+        timers.tick(conn, T0 + 5)
+    assert store.timer_events("daily") == [] and store.timer_events("once") == []
+    assert [(t.name, t.due, t.done) for t in store.timers(include_done=True)] == [
+        ("daily", T0, False), ("once", T0, False)]
+    conn.execute("DROP TRIGGER crash_on_advance")
+    assert timers.tick(conn, T0 + 5) == 2
+    assert [e.source_id for e in store.timer_events("daily")] == [f"daily@{T0}"]
+    assert timers.get(conn, "daily").due == T0 + 86400
 
 
 def test_a_fired_one_off_is_spent(store):
