@@ -49,8 +49,9 @@ def _signing_secret(signature: str | None, secret_env: str | None) -> bytes | No
     if signature is None or secret_env is None:
         raise UsageError("--signature and --secret-env go together")
     secret = os.environ.get(secret_env)
-    if secret is None:
-        raise UsageError(f"environment variable {secret_env} (the signing secret) is not set")
+    if not secret:
+        raise UsageError(f"environment variable {secret_env} (the signing secret) is "
+                         + ("not set" if secret is None else "empty"))
     return os.fsencode(secret)  # the variable's own bytes, whatever their encoding
 
 
