@@ -106,10 +106,17 @@ def test_signature_is_checked_before_the_body_is_parsed(cli: Cli, secret: str,
     assert "not valid JSON" in one_error(result.err)
 
 
-def test_signature_with_payload_flag(cli: Cli, secret: str) -> None:
+def test_signature_with_payload_flag(cli: Cli, secret: str, inbox: Path, one_error: Any,
+                                     query: Any) -> None:
+    forged = cli("ingest", "gh", "p", "--payload", BODY, "--signature", github(BODY + " "),
+                 "--secret-env", secret, now=T0)
+    assert forged.code == 77
+    assert "does not match" in one_error(forged.err)
+    assert not inbox.exists()
     result = cli("ingest", "gh", "p", "--payload", BODY, "--signature", github(BODY),
                  "--secret-env", secret, now=T0)
     assert result.code == 0
+    assert query(inbox, "SELECT source_id FROM events") == [("p",)]
 
 
 def test_stripe_signature_ok_within_tolerance(cli: Cli, secret: str, inbox: Path,
