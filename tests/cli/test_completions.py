@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -16,12 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "completions"
 
 
+@functools.cache
 def _generator() -> ModuleType:
+    """completions/generate.py, loaded once; each script is asked of the CLI once."""
     spec = importlib.util.spec_from_file_location("agentbox_completions_generate",
                                                   FOLDER / "generate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.generate = functools.cache(module.generate)  # stale() looks it up by name
     return module
 
 
