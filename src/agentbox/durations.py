@@ -12,6 +12,8 @@ _PART = re.compile(r"(\d+)([smhdw])", re.ASCII)
 _WHOLE = re.compile(r"(?:\d+[smhdw])+", re.ASCII)
 _INTEGER = re.compile(r"-?\d+", re.ASCII)
 MAX_SECONDS = 100 * 365 * 86400  # a century: beyond it is a typo, not a plan
+FIRST_TIME = -62_135_596_800  # 0001-01-01T00:00:00Z
+LAST_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
 def parse_duration(text: str | int) -> int:
@@ -37,22 +39,28 @@ def parse_duration(text: str | int) -> int:
 
 def parse_time(text: str, now: int) -> int:
     """A point in time: Unix seconds, ISO 8601 (no zone = local time), ``now``,
-    or ``+DURATION`` from now."""
+    or ``+DURATION`` from now.
+
+    Only the years 1 to 9999 are times: beyond them a date cannot be shown,
+    and a number cannot be stored as an SQLite integer.
+    """
     spelled = text.strip()
     if spelled == "now":
         return now
     if spelled.startswith("+"):
         return now + parse_duration(spelled[1:])
-    if _INTEGER.fullmatch(spelled):
-        return int(spelled)
     try:
-        moment = datetime.fromisoformat(spelled)
-    except ValueError:
+        if _INTEGER.fullmatch(spelled):
+            moment = int(spelled)
+        else:
+            parsed = datetime.fromisoformat(spelled)
+            moment = int((parsed if parsed.tzinfo else parsed.astimezone()).timestamp())
+    except (ValueError, OverflowError, OSError):  # also: a local time past year 1 or 9999
         raise BadInput(f"not a time: {text!r} (use Unix seconds, ISO 8601, "
                        "'now' or '+DURATION')") from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
-    return int(moment.timestamp())
+    if not FIRST_TIME <= moment <= LAST_TIME:
+        raise BadInput(f"time {text!r} is outside the years 1 to 9999")
+    return moment
 
 
 def format_duration(seconds: int) -> str:
