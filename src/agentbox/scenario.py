@@ -20,7 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from agentbox.durations import format_duration, parse_duration
+from agentbox.durations import FIRST_TIME, LAST_TIME, format_duration, parse_duration
 from agentbox.engine.answer import TimerSpec
 from agentbox.engine.answer import parse as parse_answer
 from agentbox.engine.lease import new_holder_id
@@ -75,12 +75,13 @@ def _duration(value: Any, start: int) -> int:
 
 def _time(value: Any, start: int) -> int:
     """Unix seconds, or '+DURATION' from the scenario's start ('+0s' is the start)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if _is_time(value):
+        return int(value)
     if isinstance(value, str) and value.startswith("+"):
         offset = value[1:].strip()
         return start if offset in ("0", "0s") else start + _duration(offset, start)
-    raise _Bad(f"must be Unix seconds or '+DURATION' from the start, not {value!r}")
+    raise _Bad(f"must be Unix seconds (within the years 1 to 9999) or '+DURATION' from the "
+               f"start, not {value!r}")
 
 
 def _object(value: Any, start: int) -> str:
@@ -112,6 +113,11 @@ def _choice(*options: str) -> Check:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_time(value: Any) -> bool:
+    """Unix seconds SQLite can store and a date can show (the years 1 to 9999)."""
+    return _is_int(value) and FIRST_TIME <= value <= LAST_TIME
 
 
 def _is_number(value: Any) -> bool:
@@ -643,8 +649,9 @@ def parse(text: str, origin: str, name: str) -> Scenario:
     if not isinstance(description, str):
         raise BadInput(f"{origin}: 'description' must be a string")
     start = doc.get("start", DEFAULT_START)
-    if not _is_int(start):
-        raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number)")
+    if not _is_time(start):
+        raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number) "
+                       "within the years 1 to 9999")
     settings = doc.get("settings", {})
     policy = _policy(settings, origin)
     raw_steps = doc.get("step")
