@@ -112,17 +112,29 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None
 
 def run_child(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], timeout: float,
               heartbeat: Callable[[], bool] | None = None, heartbeat_every: float = 10.0,
-              max_stdout: int = MAX_STDOUT,
-              started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> ChildResult:
-    """Run ``argv`` to completion, its timeout, or until ``heartbeat`` returns False."""
+              max_stdout: int = MAX_STDOUT) -> ChildResult:
+    """Run ``argv`` to completion, its timeout, or until ``heartbeat`` returns False.
+
+    Anything that escapes while the child runs (a signal the caller turned into
+    an exception, Ctrl-C) stops its whole group first, so nothing the command
+    started outlives the caller giving up on it.
+    """
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(env),
                                 preexec_fn=_die_with_parent)
-    except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
+    except OSError as exc:
         raise CommandNotStarted(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-    if started is not None:
-        started(proc)
+    try:
+        return _supervise(proc, stdin, timeout, heartbeat, heartbeat_every, max_stdout)
+    except BaseException:
+        stop_group(proc)
+        raise
+
+
+def _supervise(proc: subprocess.Popen[bytes], stdin: bytes, timeout: float,
+               heartbeat: Callable[[], bool] | None, heartbeat_every: float,
+               max_stdout: int) -> ChildResult:
     assert proc.stdin and proc.stdout and proc.stderr
     out: list[bytes] = []
     err: list[bytes] = []

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import sqlite3
-import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from agentbox.engine.lease import new_holder_id
 from agentbox.engine.policy import Policy
 from agentbox.engine.store import Store
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
-from agentbox.process import CommandNotStarted, run_child, stop_group
+from agentbox.process import CommandNotStarted, run_child
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
 MIN_HEARTBEAT = 0.2  # seconds; a very short lease_ttl still renews sanely
@@ -195,7 +194,6 @@ class Worker:
     def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
         ids = [e.id for e in events]
         ttl = self.policy.lease_ttl
-        child: list[subprocess.Popen[bytes]] = []
 
         def heartbeat() -> bool:
             """Renew the lease; False (the child is stopped) when it cannot be kept."""
@@ -214,13 +212,10 @@ class Worker:
             try:
                 result = run_child(self.argv, stdin, env, self.policy.handler_timeout,
                                    heartbeat=heartbeat,
-                                   heartbeat_every=max(MIN_HEARTBEAT, ttl / 3),
-                                   started=child.append)
+                                   heartbeat_every=max(MIN_HEARTBEAT, ttl / 3))
             finally:
                 self._raise_on_signal = False
-        except Interrupted as stop:
-            for proc in child:
-                stop_group(proc)
+        except Interrupted as stop:  # run_child stopped the handler's group on its way out
             return self._interrupted(generation, ids, fired, stop.signum)
         except CommandNotStarted as exc:
             return self._fail(generation, ids, fired, str(exc))
