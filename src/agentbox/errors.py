@@ -47,10 +47,6 @@ class Busy(AgentboxError):
     exit_code = Exit.TEMPFAIL
 
 
-class LeaseLost(Busy):
-    """This worker's lease lapsed or was taken over; its work was not recorded."""
-
-
 class SignatureMismatch(AgentboxError):
     exit_code = Exit.SIGNATURE
 
