@@ -129,10 +129,6 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
 def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
     """Refuse a foreign or newer file; return its schema version.
 
