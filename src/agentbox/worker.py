@@ -2,9 +2,10 @@
 
 This is the orchestration behind ``agentbox run``, kept free of the CLI so
 tests and other front ends drive the same code. The guarantees stay in the
-store: the handler runs outside any transaction, the lease is renewed from
-the child's heartbeat, and everything the handler answered is written in the
-one fenced finish transaction, or not at all.
+store: the handler runs outside any transaction, the lease is renewed about
+every third of its TTL while the handler works (and the handler stopped when
+it cannot be), and everything the handler answered is written in the one
+fenced finish transaction, or not at all.
 """
 
 from __future__ import annotations
