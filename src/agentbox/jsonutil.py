@@ -74,12 +74,14 @@ def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
     """Check a raw event payload and return its canonical form.
 
     The size bound applies to the raw body, before parsing, so an oversized
-    body costs no parse.
+    body costs no parse. Text is checked as the bytes it stands for: a
+    command-line argument that was not UTF-8 (its bytes carried as lone
+    surrogates) is refused as such, as the same bytes from a file would be.
     """
-    size = len(raw.encode("utf-8") if isinstance(raw, str) else raw)
-    if size > max_bytes:
-        raise BadInput(f"{what} is {size} bytes, over the {max_bytes}-byte limit")
-    value = loads_strict(raw, what)
+    body = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(body) > max_bytes:
+        raise BadInput(f"{what} is {len(body)} bytes, over the {max_bytes}-byte limit")
+    value = loads_strict(body, what)
     return canonical_object(value, what)
 
 
