@@ -177,8 +177,11 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     try:
         KEYS[key].parse(value)
+        raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
     except BadInput as exc:
         raise UsageError(f"{key}: {exc}") from None
+    except UnicodeEncodeError:
+        raise UsageError(f"{key}: the value is not valid UTF-8") from None
     doc = load(path)
     table = doc
     if user is not None:
