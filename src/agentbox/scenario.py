@@ -90,8 +90,8 @@ def _object(value: Any, start: int) -> str:
     if not isinstance(value, dict):
         raise _Bad(f"must be a table, not {value!r}")
     try:
-        return canonical_object(json.loads(json.dumps(value)))
-    except (TypeError, ValueError, BadInput) as exc:  # TOML dates are not JSON
+        return canonical_object(value)
+    except (TypeError, BadInput) as exc:  # TypeError: TOML dates are not JSON
         raise _Bad(f"must hold only JSON values: {exc}") from None
 
 
