@@ -25,8 +25,8 @@ from agentbox.engine.answer import TimerSpec
 from agentbox.engine.answer import parse as parse_answer
 from agentbox.engine.lease import new_holder_id
 from agentbox.engine.outbox import SEPARATOR, Wait
-from agentbox.engine.outbox import STATES as OUTBOX_STATES
 from agentbox.engine.policy import DELIVERY_MODES, Policy
+from agentbox.engine.schema import EVENT_STATES, OUTBOX_STATES
 from agentbox.engine.store import SqliteStore
 from agentbox.engine.timers import CATCH_UP_MODES
 from agentbox.errors import AgentboxError, BadInput, UsageError
@@ -34,7 +34,6 @@ from agentbox.errors import AgentboxError, BadInput, UsageError
 DEFAULT_START = 1_000_000  # the article's simulated clock starts here
 PACKAGE = "agentbox.scenarios"
 SHOWN_SEPARATOR = " | "  # how a merged outbox body is shown, as the article prints it
-EVENT_STATES = ("pending", "running", "done", "dead")
 COUNTABLE = ("events", *(f"events.{s}" for s in EVENT_STATES),
              "outbox", *(f"outbox.{s}" for s in OUTBOX_STATES))
 UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
