@@ -123,6 +123,25 @@ def test_killed_dispatcher_at_most_once_waits_for_the_operator(
     assert agentbox_proc("outbox", "resolve", second["key"], "--sent").returncode == 3
 
 
+def test_an_interrupted_dispatcher_leaves_its_send_not_known(
+        cli_queue: Queue, inbox: SqliteStore, sender: Any) -> None:
+    """Ctrl-C mid-send: the sender is stopped and the send is settled as not known."""
+    cli_queue(T, "refund issued")
+    proc = start_dispatch(sender, T, "--mode", "at-most-once", wait=True)
+    try:
+        wait_for(lambda: len(sender.calls()) == 1, "the sender's marker")
+        proc.send_signal(signal.SIGINT)
+        code, out, err = finish_proc(proc)
+    finally:
+        sender.release.touch()
+    assert (code, out) == (130, "")
+    assert "Traceback" not in err and err.count("\n") <= 1, err
+    wait_for(lambda: not alive(sender.calls()[0]["pid"]), "the sender to be stopped")
+    [row] = inbox.outbox(("held", "sending", "sent", "uncertain"))
+    assert (row.state, row.error) == ("uncertain", "dispatcher interrupted mid-send")
+    assert len(sender.calls()) == 1
+
+
 def test_two_dispatchers_started_together_send_each_row_once(
         cli_queue: Queue, inbox: SqliteStore, sender: Any) -> None:
     cli_queue(T, "a", "b", "c")
