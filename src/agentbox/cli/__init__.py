@@ -101,6 +101,17 @@ def run(argv: list[str] | None = None) -> int:
         translated = translate(exc)
         render.error(str(translated))
         return int(getattr(translated, "exit_code", Exit.FAILURE))
+    except UnicodeEncodeError as exc:
+        # A command-line word that is not valid UTF-8 arrives as lone surrogates
+        # and is refused wherever it is first encoded, however deep that is.
+        if "surrogates" not in str(exc.reason):
+            render.error(f"unexpected error: {type(exc).__name__}: {exc}")
+            return int(Exit.FAILURE)
+        render.error("an argument is not valid UTF-8")
+        return int(Exit.DATA)
+    except OverflowError:
+        render.error("a number is out of range (the largest is 2**63 - 1)")
+        return int(Exit.DATA)
     except BrokenPipeError:
         return int(Exit.FAILURE)
     except KeyboardInterrupt:
