@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from runhelp import T0, records, started_pids
 
 from agentbox.engine.store import SqliteStore
+from agentbox.process import MAX_STDOUT
 from agentbox.worker import idempotency_key
 from engine.enginekit import actions, state
 from proctools import alive, wait_for
@@ -132,6 +134,18 @@ def test_a_malformed_answer_fails_the_run(cli, handler, inbox, answer, why):
     event = store.find("chat", "m1")
     assert (event.status, event.attempts) == ("pending", 1)
     assert why in event.error and event.error.endswith("stderr: trace")
+    assert held(store) == []
+
+
+def test_an_answer_over_the_output_bound_fails_the_run(cli, inbox):
+    ingest(cli, "m1")
+    flood = ("import sys; sys.stdin.read(); "
+             f"sys.stdout.write('{{\"messages\": [\"' + 'x' * {MAX_STDOUT} + '\"]}}')")
+    result = cli("run", "--", sys.executable, "-c", flood, now=T0)
+    assert result.code == 1
+    assert f"handler output is larger than {MAX_STDOUT} bytes" in result.err
+    store = inbox()
+    assert state(store, "m1") == ("pending", 1)
     assert held(store) == []
 
 
