@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict
@@ -73,7 +73,8 @@ class Report:
 def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     """One line as (source, source_id, canonical payload), or BadInput."""
     if len(raw) > max_payload + ENVELOPE_SLACK:
-        raise BadInput(f"line is {len(raw)} bytes, over the {max_payload}-byte payload limit")
+        raise BadInput(f"line is over {max_payload + ENVELOPE_SLACK} bytes: the "
+                       f"{max_payload}-byte payload limit plus {ENVELOPE_SLACK} for the rest")
     doc = loads_strict(raw, "line")
     if not isinstance(doc, dict):
         raise BadInput("a line must be a JSON object with source, source_id and payload")
@@ -91,6 +92,21 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
 
     check_key(source, source_id)
     return source, source_id, payload
+
+
+def read_lines(stream: IO[bytes], max_payload: int) -> Iterator[bytes]:
+    """The lines of ``stream``, none held in memory past the bound.
+
+    A line longer than a payload plus its envelope may be comes out cut one
+    byte past that bound (so :func:`parse_line` refuses it) and the rest of it
+    is skipped without being kept.
+    """
+    bound = max_payload + ENVELOPE_SLACK
+    while line := stream.readline(bound + 1):
+        if len(line) > bound and not line.endswith(b"\n"):
+            while (rest := stream.readline(65536)) and not rest.endswith(b"\n"):
+                pass
+        yield line
 
 
 def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:

@@ -155,24 +155,24 @@ def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: byt
 
     from agentbox import render
     from agentbox.errors import BadInput, Exit
-    from agentbox.jsonl import ingest_stream
+    from agentbox.jsonl import ingest_stream, read_lines
 
     now = sess.now()
     with ExitStack() as stack:
-        lines: IO[bytes]
+        stream: IO[bytes]
         if secret is not None:
             # The signature covers the whole body, so it is read (and checked) first.
             body = _read_source(name)
             _verify(body, signature, secret, now)
-            lines = io.BytesIO(body)
+            stream = io.BytesIO(body)
         elif name == "-":
-            lines = sys.stdin.buffer
+            stream = sys.stdin.buffer
         else:
             try:
-                lines = stack.enter_context(open(name, "rb"))
+                stream = stack.enter_context(open(name, "rb"))
             except OSError as exc:
                 raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
-        report = ingest_stream(sess.store(), lines, now, max_payload)
+        report = ingest_stream(sess.store(), read_lines(stream, max_payload), now, max_payload)
     if as_json:
         render.document(report.document())
     else:
