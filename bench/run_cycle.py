@@ -48,12 +48,10 @@ class HandWritten:
         c.execute("BEGIN IMMEDIATE")
         row = c.execute("SELECT holder, generation, until FROM lease").fetchone()
         generation = 1 if row is None else row[1] + 1 if row[2] < now else row[1]
-        c.execute("""INSERT INTO lease (one, holder, generation, until, acquired_at)
-                     VALUES (1, ?, ?, ?, ?)
+        c.execute("""INSERT INTO lease (one, holder, generation, until) VALUES (1, ?, ?, ?)
                      ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
-                         generation = excluded.generation, until = excluded.until,
-                         acquired_at = excluded.acquired_at""",
-                  (HOLDER, generation, now + TTL, now))
+                         generation = excluded.generation, until = excluded.until""",
+                  (HOLDER, generation, now + TTL))
         c.execute("COMMIT")
         return generation
 

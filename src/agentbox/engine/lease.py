@@ -54,13 +54,10 @@ def acquire(conn: sqlite3.Connection, holder: str, now: int, ttl: int) -> int | 
         else:
             return None
         conn.execute(
-            """INSERT INTO lease (one, holder, generation, until, acquired_at)
-               VALUES (1, ?, ?, ?, ?)
+            """INSERT INTO lease (one, holder, generation, until) VALUES (1, ?, ?, ?)
                ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
-                   generation = excluded.generation, until = excluded.until,
-                   acquired_at = CASE WHEN lease.generation = excluded.generation
-                                      THEN lease.acquired_at ELSE excluded.acquired_at END""",
-            (holder, generation, now + ttl, now))
+                   generation = excluded.generation, until = excluded.until""",
+            (holder, generation, now + ttl))
         return generation
 
 

@@ -71,8 +71,7 @@ CREATE TABLE lease (
     one INTEGER PRIMARY KEY CHECK (one = 1),
     holder TEXT NOT NULL,
     generation INTEGER NOT NULL,
-    until INTEGER NOT NULL,
-    acquired_at INTEGER NOT NULL
+    until INTEGER NOT NULL
 );
 
 CREATE TABLE history (
