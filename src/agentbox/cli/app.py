@@ -57,7 +57,9 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document.
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"agentbox {__version__}")
+        from agentbox import render
+
+        render.line(f"agentbox {__version__}")
         raise typer.Exit()
 
 
