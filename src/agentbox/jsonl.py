@@ -88,9 +88,9 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     size = len(payload.encode("utf-8"))
     if size > max_payload:
         raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
-    from agentbox.engine.inbox import check_key
+    from agentbox.engine.inbox import check_delivery_key
 
-    check_key(source, source_id)
+    check_delivery_key(source, source_id)
     return source, source_id, payload
 
 

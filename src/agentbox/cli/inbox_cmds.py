@@ -128,7 +128,7 @@ def ingest(
         _ingest_jsonl(sess, jsonl, signature, secret, max_payload, as_json)
         return
     assert source is not None and source_id is not None
-    from agentbox.engine.inbox import check_key
+    from agentbox.engine.inbox import check_delivery_key
     from agentbox.jsonutil import parse_payload
 
     body = (payload.encode("utf-8", "surrogateescape") if payload is not None
@@ -136,7 +136,7 @@ def ingest(
             else b"{}")
     now = sess.now()
     _verify(body, signature, secret, now)
-    check_key(source, source_id)
+    check_delivery_key(source, source_id)
     canonical = parse_payload(body, max_payload)
     result = sess.store().ingest(source, source_id, canonical, now)
     from agentbox import render

@@ -51,6 +51,19 @@ class IngestResult(NamedTuple):
     source_id: str
 
 
+# Sources agentbox writes itself: an outside delivery under one of them could
+# take the key of a timer occurrence or of an approval's one outcome.
+RESERVED_SOURCES = {"approval": "agentbox approve", "timer": "agentbox schedule"}
+
+
+def check_delivery_key(source: str, source_id: str) -> None:
+    """A key for an event delivered from outside (``agentbox ingest``)."""
+    check_key(source, source_id)
+    if source in RESERVED_SOURCES:
+        raise BadInput(f"source {source!r} is kept for agentbox's own events; "
+                       f"use `{RESERVED_SOURCES[source]}` instead")
+
+
 def check_key(source: str, source_id: str) -> None:
     """Refuse keys that could never be stored or looked up reliably."""
     for name, value in (("source", source), ("source_id", source_id)):
