@@ -1,5 +1,6 @@
 """ingest, status, dead and replay: the inbox side of the CLI."""
 
+import contextlib
 import os
 import sys
 from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
@@ -9,10 +10,28 @@ import typer
 from agentbox.cli.app import JsonFlag, app, session
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from agentbox.cli.session import Session
     from agentbox.engine.inbox import Event, IngestResult
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
+
+
+@contextlib.contextmanager
+def _open_source(name: str) -> "Iterator[IO[bytes]]":
+    """A file opened for reading bytes, or stdin for '-'."""
+    from agentbox.errors import BadInput
+
+    if name == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    with fh:
+        yield fh
 
 
 def _read_source(name: str, limit: int | None = None, what: str = "payload") -> bytes:
@@ -23,15 +42,11 @@ def _read_source(name: str, limit: int | None = None, what: str = "payload") -> 
     """
     from agentbox.errors import BadInput
 
-    size = -1 if limit is None else limit + 1
-    try:
-        if name == "-":
-            data = sys.stdin.buffer.read(size)
-        else:
-            with open(name, "rb") as fh:
-                data = fh.read(size)
-    except OSError as exc:
-        raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    with _open_source(name) as stream:
+        try:
+            data = stream.read(-1 if limit is None else limit + 1)
+        except OSError as exc:
+            raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
     if limit is not None and len(data) > limit:
         raise BadInput(f"{what} is over the {limit}-byte limit")
     return data
@@ -154,7 +169,7 @@ def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: byt
     from contextlib import ExitStack
 
     from agentbox import render
-    from agentbox.errors import BadInput, Exit
+    from agentbox.errors import Exit
     from agentbox.jsonl import ingest_stream, read_lines
 
     now = sess.now()
@@ -165,13 +180,8 @@ def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: byt
             body = _read_source(name)
             _verify(body, signature, secret, now)
             stream = io.BytesIO(body)
-        elif name == "-":
-            stream = sys.stdin.buffer
         else:
-            try:
-                stream = stack.enter_context(open(name, "rb"))
-            except OSError as exc:
-                raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+            stream = stack.enter_context(_open_source(name))
         report = ingest_stream(sess.store(), read_lines(stream, max_payload), now, max_payload)
     if as_json:
         render.document(report.document())
