@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def _as_usage(name: str, parse: Callable[[], T]) -> T:
+    """Run a parser; its BadInput becomes a usage error naming the flag."""
+    from agentbox.errors import BadInput, UsageError
+
+    try:
+        return parse()
+    except BadInput as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
 
 def duration_flag(name: str, value: str | None) -> int | None:
     """A duration flag's seconds; a bad spelling is a usage error naming the flag."""
     from agentbox.durations import parse_duration
-    from agentbox.errors import BadInput, UsageError
 
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except BadInput as exc:
-        raise UsageError(f"{name}: {exc}") from None
+    return None if value is None else _as_usage(name, lambda: parse_duration(value))
+
+
+def time_flag(name: str, value: str, now: int) -> int:
+    """A time flag as Unix seconds; a bad spelling is a usage error naming the flag."""
+    from agentbox.durations import parse_time
+
+    return _as_usage(name, lambda: parse_time(value, now))
 
 
 def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[str] | None:
     """A command given as ``NAME CMD`` (split like a shell would) or after ``--``, not both."""
     from agentbox.config import parse_command
-    from agentbox.errors import BadInput, UsageError
+    from agentbox.errors import UsageError
 
     if value is not None and argv:
         raise UsageError(f"give the command as {name} CMD or after --, not both")
@@ -27,7 +43,4 @@ def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[s
         return list(argv)
     if value is None:
         return None
-    try:
-        return parse_command(value)
-    except BadInput as exc:
-        raise UsageError(f"{name}: {exc}") from None
+    return _as_usage(name, lambda: parse_command(value))

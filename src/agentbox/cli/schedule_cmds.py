@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import duration_flag
+from agentbox.cli.options import duration_flag, time_flag
 
 if TYPE_CHECKING:
     from agentbox.engine.timers import Timer
@@ -14,16 +14,6 @@ if TYPE_CHECKING:
 schedule_app = typer.Typer(help="Timers: each due occurrence becomes an inbox event.",
                            no_args_is_help=True)
 app.add_typer(schedule_app, name="schedule")
-
-
-def _time_flag(name: str, value: str, now: int) -> int:
-    from agentbox.durations import parse_time
-    from agentbox.errors import BadInput, UsageError
-
-    try:
-        return parse_time(value, now)
-    except BadInput as exc:
-        raise UsageError(f"{name}: {exc}") from None
 
 
 def timer_doc(timer: "Timer") -> dict[str, Any]:
@@ -88,7 +78,7 @@ def schedule_add(
     sess = session(ctx)
     now = sess.now()
     interval = duration_flag("--every", every)
-    when = _time_flag("--at" if at is not None else "--start", at or start or "now", now)
+    when = time_flag("--at" if at is not None else "--start", at or start or "now", now)
     settings = sess.settings()
     body = "{}" if payload is None else parse_payload(payload, settings.policy.max_payload)
     spec = TimerSpec(name=name, due=when, every=interval, payload=body,
