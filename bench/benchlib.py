@@ -195,7 +195,7 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 
 def make_inbox(path: Path) -> Path:
     """An empty inbox made by the engine itself, so every baseline writes the real schema."""
-    from agentbox.engine import db
+    from agentbox.backends.sqlite import db
 
     conn = db.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -35,7 +35,7 @@ WORKERS = 8
 
 def worker(path: str, count: int, prefix: str) -> None:
     """One ingesting process: open, wait for go, store ``count`` events, report."""
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     store = SqliteStore(path)
     bodies = [payload(i) for i in range(count)]

@@ -39,7 +39,7 @@ RAW_INSERT = """INSERT INTO events (source, source_id, payload, created_at, upda
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     per_slice, rounds = (10, 6) if args.quick else (25, 80)
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     with workdir(args, "engine-ingest") as root:
         warn_if_memory(root)

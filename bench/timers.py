@@ -45,7 +45,7 @@ def build(path: Path, total: int) -> Path:
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     big, small, rounds = (20_000, 1_000, 6) if args.quick else (100_000, 1_000, 40)
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     with workdir(args, "timers") as root:
         warn_if_memory(root)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from proctools import proc_env
 
 T0 = 1_000_000  # the article's simulated clock starts here

@@ -26,8 +26,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.policy import Policy
 from engine.enginekit import EVENT_STATES, dump, real_counts
 
 T = 1_000_000

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentbox.durations import parse_duration
-from agentbox.engine.policy import DELIVERY_MODES, Policy
 from agentbox.errors import AgentboxError, BadInput, UsageError
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import DELIVERY_MODES
 
 
 def _seconds(value: Any, allow_zero: bool = False) -> int:
@@ -65,6 +66,12 @@ def parse_command(value: Any) -> list[str]:
     return argv
 
 
+def _database(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise BadInput("database is a file path or a postgresql:// URL")
+    return value
+
+
 class Key(NamedTuple):
     parse: Callable[[Any], Any]
     help: str
@@ -85,6 +92,8 @@ KEYS: dict[str, Key] = {
     "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer (100)"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
+    "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "
+                               "(one file per user under the data folder)"),
 }
 _POLICY_FIELDS = set(Policy._fields)
 
@@ -93,13 +102,14 @@ class Settings(NamedTuple):
     policy: Policy
     handler: list[str] | None
     sender: list[str] | None
+    database: str | None
     origins: dict[str, str]  # key -> "default" | "config" | "config [users.NAME]" | "flag"
 
 
 def load(path: Path) -> dict[str, Any]:
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; no config, no tomllib import
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no config file: every default stands
         return {}
     except OSError as exc:
         raise UsageError(f"{path}: cannot read config: {exc.strerror or exc}") from None
@@ -156,10 +166,11 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
         values.update(layer)
         origins.update(dict.fromkeys(layer, origin))
     policy = Policy(**{k: v for k, v in values.items() if k in _POLICY_FIELDS})
-    return Settings(policy, values.get("handler"), values.get("sender"), origins)
+    return Settings(policy, values.get("handler"), values.get("sender"), values.get("database"),
+                    origins)
 
 
-_TEXT_KEYS = frozenset({"delivery", "handler", "sender"})  # never stored as numbers
+_TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database"})  # never stored as numbers
 
 
 def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:

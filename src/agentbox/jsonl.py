@@ -15,7 +15,7 @@ from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict
 
 if TYPE_CHECKING:
-    from agentbox.engine.store import Store
+    from agentbox.store import Store
 
 CHUNK = 1000
 ENVELOPE_SLACK = 4096  # bytes a line may carry beyond its payload (keys, quoting)
@@ -88,7 +88,7 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     size = len(payload.encode("utf-8"))
     if size > max_payload:
         raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
-    from agentbox.engine.inbox import check_delivery_key
+    from agentbox.rules.keys import check_delivery_key
 
     check_delivery_key(source, source_id)
     return source, source_id, payload

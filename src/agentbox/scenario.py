@@ -2,10 +2,10 @@
 
 A scenario is a TOML file of steps against a simulated clock (the format is
 described in the README, "Scenarios"). :func:`run` replays one through the
-:class:`~agentbox.engine.store.Store` on a fresh temporary database, making
-the same engine calls the commands make, and records what each step observed
+:class:`~agentbox.store.Store` on a fresh temporary database, making
+the same store calls the commands make, and records what each step observed
 next to what it expected. Nothing here decides an outcome: every rule lives
-in the engine, so a broken rule shows up as a step that differs.
+behind the store, so a broken rule shows up as a step that differs.
 """
 
 from __future__ import annotations
@@ -21,15 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.durations import FIRST_TIME, LAST_TIME, format_duration, parse_duration
-from agentbox.engine.answer import TimerSpec
-from agentbox.engine.answer import parse as parse_answer
-from agentbox.engine.lease import new_holder_id
-from agentbox.engine.outbox import SEPARATOR, Wait
-from agentbox.engine.policy import DELIVERY_MODES, Policy
-from agentbox.engine.schema import EVENT_STATES, OUTBOX_STATES
-from agentbox.engine.store import SqliteStore
-from agentbox.engine.timers import CATCH_UP_MODES
 from agentbox.errors import AgentboxError, BadInput, UsageError
+from agentbox.rules.answer import parse as parse_answer
+from agentbox.rules.lease import new_holder_id
+from agentbox.rules.outbox import SEPARATOR
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import (
+    CATCH_UP_MODES,
+    DELIVERY_MODES,
+    EVENT_STATES,
+    OUTBOX_STATES,
+    TimerSpec,
+    Wait,
+)
+from agentbox.store import Store, open_store
 
 DEFAULT_START = 1_000_000  # the article's simulated clock starts here
 PACKAGE = "agentbox.scenarios"
@@ -160,7 +165,7 @@ class _Worker:
 
 @dataclass
 class _Run:
-    store: SqliteStore
+    store: Store
     policy: Policy
     start: int
     now: int
@@ -762,7 +767,7 @@ def _play(run: _Run, step: Step, origin: str) -> Result:
 def run(scenario: Scenario) -> Report:
     """Replay a scenario on a fresh temporary inbox; the report says what differed."""
     with tempfile.TemporaryDirectory(prefix="agentbox-scenario-") as folder:
-        store = SqliteStore(Path(folder) / "inbox.sqlite3", synchronous="OFF")
+        store = open_store(Path(folder) / "inbox.sqlite3", "scenario", synchronous="OFF")
         try:
             state = _Run(store, scenario.policy, scenario.start, scenario.start)
             results = tuple(_play(state, step, scenario.origin) for step in scenario.steps)

@@ -15,20 +15,19 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentbox.durations import format_duration
-from agentbox.engine.answer import Answer, parse
-from agentbox.engine.inbox import Event
-from agentbox.engine.lease import new_holder_id
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import Store
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.process import CommandNotStarted, run_child
+from agentbox.rules.answer import Answer, parse
+from agentbox.rules.lease import new_holder_id
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Event
+from agentbox.store import Store
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
 MIN_HEARTBEAT = 0.2  # seconds; a very short lease_ttl still renews sanely
@@ -174,7 +173,7 @@ class Worker:
                 return RunReport("idle", EXIT_CODES["idle"], generation, timers_fired=fired)
             return self._handle(generation, events, fired)
         finally:
-            with contextlib.suppress(AgentboxError, sqlite3.Error):
+            with contextlib.suppress(AgentboxError):
                 self.store.release(self.holder, generation, self.clock())
 
     def _busy_error(self) -> str:
@@ -200,7 +199,7 @@ class Worker:
             """Renew the lease; False (the child is stopped) when it cannot be kept."""
             try:
                 return self.store.renew(self.holder, generation, self.clock(), ttl)
-            except (AgentboxError, sqlite3.Error):
+            except AgentboxError:
                 return False  # cannot prove we still hold it: stop rather than race
 
         env = {**self.env, "AGENTBOX_USER": self.user, "AGENTBOX_DB": self.db,
@@ -274,7 +273,7 @@ class Worker:
         name = signal.Signals(sig).name
         error = f"run interrupted by {name}; the handler was stopped"
         if generation is not None and ids:
-            with contextlib.suppress(AgentboxError, sqlite3.Error):
+            with contextlib.suppress(AgentboxError):
                 self.store.fail(self.holder, generation, self.clock(), ids, error, self.policy)
         return RunReport("interrupted", 128 + sig, generation, tuple(ids), fired, error=error)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.policy import Policy
 
 Snapshot = dict[str, tuple[int, str]]
 

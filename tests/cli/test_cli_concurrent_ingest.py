@@ -96,7 +96,7 @@ def test_ten_writers_mixed_single_and_jsonl(home: Path, inbox: Path, query: Any)
 @pytest.mark.parametrize("round_", range(3))
 def test_eight_processes_create_the_same_new_inbox(tmp_path: Path, query: Any,
                                                    round_: int) -> None:
-    from agentbox.engine.schema import SCHEMA_VERSION
+    from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 
     home = tmp_path / f"fresh{round_}"
     jobs = [(["ingest", "new", f"k{i % 6}", "-f", "-"], '{"same": true}') for i in range(8)]

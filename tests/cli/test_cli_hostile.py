@@ -140,7 +140,7 @@ def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded
     assert result.code == code
     if code == 3:
         assert result.err == ""
-        from agentbox.engine.store import SqliteStore
+        from agentbox.backends.sqlite.store import SqliteStore
 
         with SqliteStore(seeded) as store:
             event = store.find("s", "1")
@@ -151,7 +151,7 @@ def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded
 
 
 def _real_inbox(path: Path, events: int = 3) -> None:
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     with SqliteStore(path) as store:
         store.ingest_many((("s", str(i), '{"pad":"' + "x" * 300 + '"}') for i in range(events)),
@@ -197,7 +197,7 @@ def test_a_truncated_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox: Path
 
 def test_a_newer_schema_is_refused_and_kept(cli: Cli, home: Path, inbox: Path, snapshot: Any,
                                             one_error: Any, query: Any) -> None:
-    from agentbox.engine.schema import SCHEMA_VERSION
+    from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 
     _real_inbox(inbox)
     conn = sqlite3.connect(inbox)

@@ -184,7 +184,7 @@ def test_new_folders_are_0700_and_the_inbox_0600(cli: Cli, home: Path, inbox: Pa
 
 
 def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox: Path) -> None:
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     old = os.umask(0)
     try:

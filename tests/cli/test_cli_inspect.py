@@ -41,8 +41,8 @@ def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, inbox: Path) -> None:
 
 
 def test_status_counts_lease_and_timer(cli: Cli, inbox: Path, make_dead: Any) -> None:
-    from agentbox.engine.answer import TimerSpec
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.rules.records import TimerSpec
 
     make_dead(inbox, ["d1", "d2"], T0)
     for i in range(3):
@@ -65,7 +65,7 @@ def test_status_counts_lease_and_timer(cli: Cli, inbox: Path, make_dead: Any) ->
 
 
 def test_status_shows_an_expired_lease_as_expired(cli: Cli, inbox: Path) -> None:
-    from agentbox.engine.store import SqliteStore
+    from agentbox.backends.sqlite.store import SqliteStore
 
     with SqliteStore(inbox) as store:
         store.acquire("w", T0, 10)

@@ -74,7 +74,7 @@ def test_a_data_folder_that_cannot_be_made_is_one_clear_line(
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
     monkeypatch.setenv("AGENTBOX_HOME", str(blocker / "home"))
-    result = cli("status", now=T0)  # reads no config: the folder is the first thing made
+    result = cli("status", now=T0)  # no config can be there: the folder is the first thing made
     assert result.code == 1
     one_line(result.err)
 

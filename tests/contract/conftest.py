@@ -1,6 +1,6 @@
 """The ``backend`` fixture: one fresh, empty Store per test, for every backend.
 
-The suite in this folder speaks to :class:`agentbox.engine.store.Store` only:
+The suite in this folder speaks to :class:`agentbox.store.Store` only:
 no SQL, no file, no module of the SQLite engine. To plug in a new backend
 (PostgreSQL, say), write a factory that returns an empty store of that kind
 and add it to ``BACKENDS``::
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.engine.store import SqliteStore, Store
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.store import Store
 
 
 def sqlite(tmp_path: Path) -> Store:

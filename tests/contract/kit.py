@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentbox.engine.answer import Answer, Message
-from agentbox.engine.inbox import Event
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import Store
+from agentbox.rules.answer import Answer, Message
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Event
+from agentbox.store import Store
 
 T = 1_000_000
 TTL = 120

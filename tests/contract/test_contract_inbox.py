@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import Store
 from agentbox.errors import BadInput
+from agentbox.rules.policy import Policy
+from agentbox.store import Store
 
 from .kit import TTL, T, run, snapshot
 

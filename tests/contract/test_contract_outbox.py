@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.engine.outbox import Dispatch, Wait
-from agentbox.engine.store import Store
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.records import Dispatch, Wait
+from agentbox.store import Store
 
 from .kit import T, say, states
 

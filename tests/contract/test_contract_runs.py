@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.engine.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
-from agentbox.engine.lease import Lease
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import Store
 from agentbox.errors import BadInput
+from agentbox.rules.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Lease
+from agentbox.store import Store
 
 from .kit import POLICY, TTL, T, snapshot
 

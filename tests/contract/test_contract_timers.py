@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from agentbox.engine.answer import TimerSpec
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import Store
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import TimerSpec
+from agentbox.store import Store
 
 from .kit import T
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.policy import Policy
 
 from .enginekit import POLICY, Worker
 

@@ -9,10 +9,10 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agentbox.engine.answer import Answer
-from agentbox.engine.inbox import Event
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.answer import Answer
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Event
 
 T = 1_000_000  # the article's simulated clock starts here
 TTL = 120      # the article's lease

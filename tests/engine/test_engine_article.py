@@ -5,8 +5,8 @@ Simulated clock, one process; a crash is a worker that claims and never finishes
 
 from __future__ import annotations
 
-from agentbox.engine.answer import Answer, Message
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.answer import Answer, Message
 
 from .conftest import MakeWorker
 from .enginekit import TTL, T, state

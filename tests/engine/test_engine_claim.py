@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.policy import Policy
 
 from .conftest import MakeWorker
 from .enginekit import POLICY, TTL, T, actions, dump, state

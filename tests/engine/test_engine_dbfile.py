@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.engine import db, schema
-from agentbox.engine.lease import new_holder_id
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite import db, schema
+from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import Busy, DatabaseError
+from agentbox.rules.lease import new_holder_id
 
 from .enginekit import T
 
@@ -106,7 +106,7 @@ def test_a_killed_process_mid_migration_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
     script = (
         "import os, signal, sys\n"
-        "from agentbox.engine import db\n"
+        "from agentbox.backends.sqlite import db\n"
         "original = db._apply\n"
         "def apply_then_die(conn, target):\n"
         "    original(conn, target)\n"

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentbox.engine import outbox
-from agentbox.engine.answer import Answer, Message
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite import outbox
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.answer import Answer, Message
+from agentbox.rules.policy import Policy
 
 from .conftest import MakeWorker
 from .enginekit import POLICY, TTL, T, Worker, actions, dump, state

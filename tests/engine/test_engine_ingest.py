@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonutil import parse_payload
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentbox.engine.lease import Lease
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.records import Lease
 
 from .conftest import MakeWorker
 from .enginekit import TTL, T, dump

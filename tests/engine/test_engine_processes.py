@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 
 from .enginekit import TTL, T, assert_counts_true
 
@@ -24,9 +24,9 @@ PATIENCE = 120.0  # seconds; the machine may be busy with other test runs
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from agentbox.engine.lease import new_holder_id
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.rules.lease import new_holder_id
+from agentbox.rules.policy import Policy
+from agentbox.backends.sqlite.store import SqliteStore
 
 mode, db, sync, me, rounds, t0, ttl = sys.argv[1:8]
 sync, rounds, t0, ttl = Path(sync), int(rounds), int(t0), int(ttl)

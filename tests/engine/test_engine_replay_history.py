@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentbox.engine.answer import Answer, Message
-from agentbox.engine.policy import Policy
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.answer import Answer, Message
+from agentbox.rules.policy import Policy
 
 from .conftest import MakeWorker
 from .enginekit import TTL, T, actions, assert_counts_true, dump, state

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentbox import paths
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from contract.kit import say
 
 Queue = Callable[..., None]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from agentbox import paths
-from agentbox.engine.outbox import CLAIM_GRACE
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.outbox import CLAIM_GRACE
 
 Queue = Callable[..., None]
 T = 1_000_000
@@ -261,7 +261,7 @@ def test_bad_flags_are_usage_errors(cli: Callable[..., Any], cli_queue: Queue) -
 def test_a_busy_database_exits_75(cli: Callable[..., Any], cli_queue: Queue,
                                   inbox: SqliteStore,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.engine import db
+    from agentbox.backends.sqlite import db
 
     cli_queue(T, "blocked")
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.2)

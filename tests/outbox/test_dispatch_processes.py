@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentbox.engine.outbox import CLAIM_GRACE
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.outbox import CLAIM_GRACE
 from contract.kit import states
 from proctools import alive, finish_proc, wait_for
 

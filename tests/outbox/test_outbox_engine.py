@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from agentbox.engine.outbox import CLAIM_GRACE, SEPARATOR, Dispatch, Wait
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.outbox import CLAIM_GRACE, SEPARATOR
+from agentbox.rules.records import Dispatch, Wait
 
 Queue = Callable[..., None]
 
@@ -333,7 +334,7 @@ def test_bad_arguments_are_refused(store: SqliteStore, queue: Queue) -> None:
 
 def test_history_tells_the_story_of_a_resent_dispatch(store: SqliteStore,
                                                       queue: Queue) -> None:
-    from agentbox.engine import history
+    from agentbox.backends.sqlite import history
 
     queue(T, "a")
     dispatch = claimed(store, T)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runhelp import HANDLER
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import sqlite3
 
 import pytest
 
-from agentbox.engine import approvals, timers
-from agentbox.engine.answer import ApprovalRequest, FollowUp, Message, TimerSpec, parse
+from agentbox.backends.sqlite import approvals, timers
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.answer import ApprovalRequest, FollowUp, Message, TimerSpec, parse
 
 T0 = 1_000_000
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from runhelp import T0, records, started_pids
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.process import MAX_STDOUT
 from agentbox.worker import idempotency_key
 from engine.enginekit import actions, state

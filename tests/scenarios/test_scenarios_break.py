@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentbox.engine import inbox, lease
+from agentbox.backends.sqlite import lease, runs
 
 
 def _failures(cli: Callable[..., Any], token: str) -> list[dict[str, Any]]:
@@ -22,7 +22,7 @@ def _failures(cli: Callable[..., Any], token: str) -> list[dict[str, Any]]:
 
 def test_a_finish_without_the_fence_breaks_the_takeover_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inbox, "_fenced", lambda *args: True)
+    monkeypatch.setattr(runs, "_fenced", lambda *args: True)
     failed = _failures(cli, "lease-takeover")
     assert [(s["n"], s["label"]) for s in failed] == [
         (9, "A finishes its old claim (gen 1)"), (11, "outbox rows")]
@@ -51,7 +51,7 @@ def test_a_fence_on_the_holder_name_alone_breaks_the_same_holder_case(
 
 def test_no_dead_letter_rule_breaks_the_poison_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inbox, "_bury_exhausted", lambda *args: None)
+    monkeypatch.setattr(runs, "_bury_exhausted", lambda *args: None)
     failed = _failures(cli, "5")
     assert failed[0]["n"] == 9  # W3 gets the poison event a fourth time
     assert failed[0]["observed"] == ["poison"]
@@ -67,7 +67,7 @@ def test_a_scenario_fails_only_where_it_differs(cli: Callable[..., Any]) -> None
 
 def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.engine import outbox
+    from agentbox.backends.sqlite import outbox
 
     def any_claim(conn: sqlite3.Connection) -> int | None:
         row = conn.execute("SELECT MAX(claimed_at) FROM dispatches").fetchone()
@@ -80,7 +80,7 @@ def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
 
 def test_never_parking_at_most_once_claims_breaks_the_uncertain_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.engine import outbox
+    from agentbox.backends.sqlite import outbox
 
     monkeypatch.setattr(outbox, "_park_expired", lambda *args: None)
     failed = _failures(cli, "at-most-once-uncertain")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentbox import config
-from agentbox.engine.policy import Policy
 from agentbox.errors import UsageError
+from agentbox.rules.policy import Policy
 
 
 def write(path: Path, text: str) -> Path:

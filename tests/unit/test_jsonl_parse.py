@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.engine.store import SqliteStore
+from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonl import ENVELOPE_SLACK, Report, ingest_stream, parse_line
 

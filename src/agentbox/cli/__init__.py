@@ -1,8 +1,7 @@
-"""The ``agentbox`` command: parse arguments, call the engine, render the result."""
+"""The ``agentbox`` command: parse arguments, call the store, render the result."""
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -76,7 +75,6 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
     from agentbox import render
-    from agentbox.engine.db import translate
 
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -97,10 +95,6 @@ def run(argv: list[str] | None = None) -> int:
     except AgentboxError as exc:
         render.error(str(exc))
         return int(exc.exit_code)
-    except sqlite3.Error as exc:
-        translated = translate(exc)
-        render.error(str(translated))
-        return int(getattr(translated, "exit_code", Exit.FAILURE))
     except UnicodeEncodeError as exc:
         # A command-line word that is not valid UTF-8 arrives as lone surrogates
         # and is refused wherever it is first encoded, however deep that is.

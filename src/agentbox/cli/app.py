@@ -1,6 +1,6 @@
 """The Typer application and its global options.
 
-Command modules register themselves on :data:`app`. They import the engine,
+Command modules register themselves on :data:`app`. They import the store,
 rich and anything else heavy inside their functions, never at module level:
 ``agentbox ingest`` runs once per webhook delivery and its start-up is part
 of its speed.
@@ -8,7 +8,6 @@ of its speed.
 
 
 import os
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -69,8 +68,10 @@ def root(
     user: Annotated[Optional[str], typer.Option(  # noqa: UP045 - Typer needs Optional
         "--user", "-u", help="Whose inbox (default: $AGENTBOX_USER, else the login name).",
         show_default=False)] = None,
-    db: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--db", help="Use this inbox file instead of the user's.", dir_okay=False,
+    db: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--db", metavar="PATH|URL",
+        help="Use this inbox file, or this postgresql:// database (default: $AGENTBOX_DB, "
+        "else the `database` setting, else the user's own file).",
         show_default=False)] = None,
     version: Annotated[bool, typer.Option(
         "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,

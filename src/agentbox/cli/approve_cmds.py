@@ -71,8 +71,8 @@ def approve_answer(
     """Answer a request. Prints the outcome that stands: exit 0 when it is yours, 3 when
     another stands (expired, an earlier answer, or unknown for a request never made)."""
     from agentbox import render
-    from agentbox.engine.approvals import ANSWERS
     from agentbox.errors import UsageError
+    from agentbox.rules.approvals import ANSWERS
 
     if reply not in ANSWERS:
         raise UsageError(f"an answer is yes or no, not {reply!r}")

@@ -15,9 +15,8 @@ from agentbox.cli.options import command_flag, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
-    from agentbox.engine.outbox import Dispatch, Outcome, Wait
-    from agentbox.engine.store import SqliteStore
-    from agentbox.process import ChildResult
+    from agentbox.rules.records import Dispatch, SendOutcome, Wait
+    from agentbox.store import Store
 
 # The table; JSON objects carry these names and the message body too.
 LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error"]
@@ -32,19 +31,10 @@ def _sender_env(sess: "Session", dispatch: "Dispatch") -> dict[str, str]:
             "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
             "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
             "AGENTBOX_USER": sess.user_or_none() or "",
-            "AGENTBOX_DB": os.path.abspath(sess.db_path)}
+            "AGENTBOX_DB": sess.db_target}
 
 
-def _sender_word(result: "ChildResult") -> "Outcome":
-    """Exit 0 = delivered; a non-zero exit = certainly not; stopped or killed = not known."""
-    if result.ok:
-        return "sent"
-    if result.timed_out or result.stopped or result.returncode is None or result.returncode < 0:
-        return "unknown"
-    return "failed"
-
-
-def _settle(store: "SqliteStore", sess: "Session", dispatch: "Dispatch", outcome: "Outcome",
+def _settle(store: "Store", sess: "Session", dispatch: "Dispatch", outcome: "SendOutcome",
             error: str | None) -> bool:
     """Record the outcome in a second transaction, saying so if the database would not."""
     from agentbox.errors import Busy
@@ -57,8 +47,8 @@ def _settle(store: "SqliteStore", sess: "Session", dispatch: "Dispatch", outcome
                    f"{dispatch.key} counts as not known after its claim deadline") from None
 
 
-def _send(sess: "Session", store: "SqliteStore", dispatch: "Dispatch", argv: list[str] | None,
-          timeout: int, as_json: bool) -> "tuple[Outcome, str | None, bool]":
+def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str] | None,
+          timeout: int, as_json: bool) -> "tuple[SendOutcome, str | None, bool]":
     """Deliver the claimed body; returns (outcome, error, whether it was recorded).
 
     With no sender, writing the body to stdout (inside the JSON document with
@@ -91,12 +81,14 @@ def _send(sess: "Session", store: "SqliteStore", dispatch: "Dispatch", argv: lis
             store.settle_dispatch(dispatch.key, "unknown", sess.now(),
                                   "dispatcher interrupted mid-send", attempt=dispatch.tries)
         raise
-    outcome = _sender_word(result)
+    from agentbox.rules.outbox import sender_word
+
+    outcome = sender_word(result.ok, result.returncode, result.timed_out, result.stopped)
     said = None if outcome == "sent" else f"sender {result.describe()}"
     return outcome, said, _settle(store, sess, dispatch, outcome, said)
 
 
-def _claim_doc(dispatch: "Dispatch", outcome: "Outcome", error: str | None,
+def _claim_doc(dispatch: "Dispatch", outcome: "SendOutcome", error: str | None,
                printed: bool) -> dict[str, Any]:
     unknown_resends = outcome == "unknown" and dispatch.mode == "at-least-once"
     doc: dict[str, Any] = {
@@ -132,7 +124,8 @@ def _say_wait(wait: "Wait", now: int) -> None:
                   f"{render.when(until)} (in {format_duration(max(until - now, 1))}){flight}")
 
 
-def _say_claim(dispatch: "Dispatch", outcome: "Outcome", error: str | None, recorded: bool) -> None:
+def _say_claim(dispatch: "Dispatch", outcome: "SendOutcome", error: str | None,
+               recorded: bool) -> None:
     from agentbox import render
 
     details = [f"{len(dispatch.message_ids)} message(s)"]
@@ -185,9 +178,8 @@ def dispatch(
     failed or timed out; 75 the database stayed busy.
     """
     from agentbox import render
-    from agentbox.engine.outbox import Wait
-    from agentbox.engine.policy import DELIVERY_MODES
     from agentbox.errors import UsageError
+    from agentbox.rules.records import DELIVERY_MODES, Wait
 
     if mode is not None and mode not in DELIVERY_MODES:
         raise UsageError(f"--mode must be one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
@@ -225,9 +217,9 @@ LimitFlag = Annotated[Optional[int], typer.Option(  # noqa: UP045
 
 def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json: bool) -> None:
     from agentbox import render
-    from agentbox.engine.outbox import OPEN_STATES, STATES
+    from agentbox.rules.records import OPEN_OUTBOX_STATES, OUTBOX_STATES
 
-    messages = session(ctx).store().outbox(STATES if show_all else OPEN_STATES,
+    messages = session(ctx).store().outbox(OUTBOX_STATES if show_all else OPEN_OUTBOX_STATES,
                                            limit or 1000)
     rows = [{"id": m.id, "state": m.state, "urgent": m.urgent, "dispatch_key": m.dispatch_key,
              "created": m.created_at, "sent": m.sent_at, "error": m.error, "body": m.body}

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from agentbox.cli.session import Session
-    from agentbox.engine.inbox import Event, IngestResult
+    from agentbox.rules.records import Event, IngestResult
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
 
@@ -143,8 +143,8 @@ def ingest(
         _ingest_jsonl(sess, jsonl, signature, secret, max_payload, as_json)
         return
     assert source is not None and source_id is not None
-    from agentbox.engine.inbox import check_delivery_key
     from agentbox.jsonutil import parse_payload
+    from agentbox.rules.keys import check_delivery_key
 
     body = (payload.encode("utf-8", "surrogateescape") if payload is not None
             else _read_source(payload_file, max_payload) if payload_file is not None
@@ -204,7 +204,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     timer = state.next_timer
     doc = {
         "user": sess.user_or_none(),  # None only where --db stands in for a bad login name
-        "db": str(sess.db_path),
+        "db": store.location,
         "events": state.events,
         "outbox": state.outbox,
         "lease": None if lease is None else {"holder": lease.holder,

@@ -42,7 +42,6 @@ def run(
     Exit 0 done or nothing to do, 1 the handler failed or timed out (recorded;
     the events retry), 2 no handler, 75 the lease is held elsewhere or was lost.
     """
-    import os
 
     from agentbox import render
     from agentbox.errors import UsageError
@@ -56,7 +55,7 @@ def run(
         raise UsageError("no handler: pass --handler CMD or -- CMD ARGS, or set one with "
                          "`agentbox config set handler CMD`")
     worker = Worker(store=sess.store(), policy=settings.policy, argv=settings.handler,
-                    user=sess.user, db=os.path.abspath(sess.db_path), clock=sess.now)
+                    user=sess.user, db=sess.db_target, clock=sess.now)
     with worker.signals():
         reports = run_until_empty(worker) if until_empty else [worker.run_once()]
     code = _exit_code(reports, worker.signalled)

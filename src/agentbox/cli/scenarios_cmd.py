@@ -1,4 +1,4 @@
-"""scenarios: replay the article's failure cases (or a user's own file) against the engine."""
+"""scenarios: replay the article's failure cases (or a user's own file) through the store."""
 
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional

@@ -9,7 +9,7 @@ from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import duration_flag, time_flag
 
 if TYPE_CHECKING:
-    from agentbox.engine.timers import Timer
+    from agentbox.rules.records import Timer
 
 schedule_app = typer.Typer(help="Timers: each due occurrence becomes an inbox event.",
                            no_args_is_help=True)
@@ -63,15 +63,15 @@ def schedule_add(
     """Add a timer. Re-adding the same timer changes nothing (exit 0); a changed one
     needs --replace (else exit 3)."""
     from agentbox import render
-    from agentbox.engine.answer import TimerSpec
     from agentbox.errors import UsageError
     from agentbox.jsonutil import parse_payload
+    from agentbox.rules.records import TimerSpec
 
     if (every is None) == (at is None):
         raise UsageError("give --every DURATION or --at TIME (one of them)")
     if at is not None and (start is not None or catch_up is not None):
         raise UsageError("--start and --catch-up go with --every, not --at")
-    from agentbox.engine.timers import CATCH_UP_MODES
+    from agentbox.rules.records import CATCH_UP_MODES
 
     if catch_up is not None and catch_up not in CATCH_UP_MODES:
         raise UsageError(f"--catch-up is one of {', '.join(CATCH_UP_MODES)}, not {catch_up!r}")

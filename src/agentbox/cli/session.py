@@ -1,49 +1,60 @@
-"""What one command invocation knows: whose inbox, which file, which settings."""
+"""What one command invocation knows: whose inbox, where it lives, which settings."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentbox import clock, paths
 
 if TYPE_CHECKING:
     from agentbox.config import Settings
-    from agentbox.engine.store import SqliteStore
+    from agentbox.store import Store
 
 
 class Session:
-    def __init__(self, user_flag: str | None, db_flag: Path | None) -> None:
+    def __init__(self, user_flag: str | None, db_flag: str | None) -> None:
         self.user_flag = user_flag
         self.db_flag = db_flag
-        self._store: SqliteStore | None = None
+        self._store: Store | None = None
 
     @cached_property
     def user(self) -> str:
         return paths.resolve_user(self.user_flag)
 
     @cached_property
-    def db_path(self) -> Path:
-        """The inbox file; the user name is checked before any folder is made."""
-        if self.db_flag is not None:
-            return self.db_flag
+    def db_target(self) -> str:
+        """Where the inbox lives: ``--db``, else ``$AGENTBOX_DB``, else the ``database``
+        setting, else the user's own file (its folder made, the user name checked first).
+
+        A file path comes back absolute, so a handler or sender told about it finds the
+        same inbox from any working directory.
+        """
+        from agentbox.store import is_url
+
+        chosen = self.db_flag or os.environ.get("AGENTBOX_DB") or self.settings().database
+        if chosen:
+            return chosen if is_url(chosen) else os.path.abspath(chosen)
         path = paths.inbox_path(self.user)
         paths.private_dir(path.parent)
-        return path
+        return str(path)
 
     def settings(self, flags: Mapping[str, Any] | None = None) -> Settings:
         from agentbox import config
 
         return config.resolve(paths.config_path(), self.user, flags)
 
-    def store(self) -> SqliteStore:
+    def store(self) -> Store:
         if self._store is None:
-            from agentbox.engine.store import SqliteStore
+            from agentbox.store import is_url, open_store
 
-            # The user's own folders are made by db_path; a --db folder must exist.
-            self._store = SqliteStore(self.db_path, make_folders=False)
+            target = self.db_target
+            # A file is the inbox itself: a --db file needs no usable user name.
+            user = self.user if is_url(target) else self.user_or_none() or ""
+            # The user's own folders are made by db_target; a --db folder must exist.
+            self._store = open_store(target, user)
         return self._store
 
     def user_or_none(self) -> str | None:

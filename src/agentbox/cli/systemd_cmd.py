@@ -110,7 +110,7 @@ def systemd(
                       "one with `agentbox config set handler CMD`")
     exec_argv = [*_agentbox_argv(), "--user", sess.user]
     if sess.db_flag is not None:
-        exec_argv += ["--db", str(sess.db_flag.resolve())]
+        exec_argv += ["--db", sess.db_target]
     exec_argv += ["run", "--until-empty"]
     if argv:
         exec_argv += ["--", *_absolute_program(argv)]

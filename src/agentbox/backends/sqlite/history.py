@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from typing import NamedTuple
+
+from agentbox.rules.records import Entry
 
 _INSERT = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
              VALUES (?, ?, ?, ?, ?, ?)"""
-
-
-class Entry(NamedTuple):
-    at: int
-    subject: str
-    subject_id: str
-    action: str
-    generation: int | None
-    detail: str | None
 
 
 def record(conn: sqlite3.Connection, now: int, subject: str, subject_id: object, action: str,

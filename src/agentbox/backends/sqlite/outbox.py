@@ -1,83 +1,24 @@
-"""The paced outbox: held messages go out merged, at most once per gap.
+"""The outbox and dispatches tables of one SQLite inbox.
 
-A send never holds the write lock while the sender runs. :func:`claim`
-marks the rows ``sending`` under a dispatch key that stays the same if the
-dispatch is retried, with a claim deadline; the caller runs the sender; then
-:func:`settle` records what the sender said. A dispatch whose outcome is not
-known (the sender was killed, timed out, or the dispatcher died) is resent
-under the same key once its deadline passes in ``at-least-once`` mode, and
-parked as ``uncertain`` for an operator in ``at-most-once`` mode.
-
-Every try of a dispatch has a number; a settle names the try it speaks for,
-so a dispatcher that comes back after another one took over its expired
-claim cannot undo the newer try. Only its certain "delivered" still counts:
-the channel has the message whichever try brought it.
+When held messages may go out, what a sender's word means and how a claim
+ends are decided in :mod:`agentbox.rules.outbox`; this module claims and
+settles rows inside ``BEGIN IMMEDIATE`` transactions. Every try of a
+dispatch has a number; a settle names the try it speaks for, so a dispatcher
+that comes back after another took over its expired claim cannot undo the
+newer try.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-from agentbox.engine import history
-from agentbox.engine.answer import Message
-from agentbox.engine.db import instance_id, write
-from agentbox.engine.policy import DELIVERY_MODES
-from agentbox.engine.schema import OUTBOX_STATES
+from agentbox.backends.sqlite import history
+from agentbox.backends.sqlite.db import instance_id, write
 from agentbox.errors import BadInput, NotAsAsked
-
-SEPARATOR = "\n\n"
-CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
-STATES = OUTBOX_STATES
-OPEN_STATES = ("held", "sending", "uncertain")
-
-Outcome = Literal["sent", "failed", "unknown"]
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``."""
-
-    key: str
-    mode: str
-    body: str
-    message_ids: tuple[int, ...]
-    urgent: bool
-    tries: int
-    deadline: int
-
-    @property
-    def resend(self) -> bool:
-        return self.tries > 1
-
-
-@dataclass(frozen=True)
-class OutboxMessage:
-    id: int
-    body: str
-    urgent: bool
-    state: str
-    dispatch_key: str | None
-    created_at: int
-    sent_at: int | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing was claimed.
-
-    ``until`` is when the gap allows the next send (None: no send yet);
-    ``in_flight`` counts claims still inside their deadline, the earliest of
-    which is ``in_flight_until``.
-    """
-
-    held: int
-    until: int | None
-    in_flight: int = 0
-    in_flight_until: int | None = None
+from agentbox.rules import outbox as rules
+from agentbox.rules.answer import Message
+from agentbox.rules.records import OPEN_OUTBOX_STATES, Dispatch, OutboxMessage, SendOutcome, Wait
 
 
 def queue_in(conn: sqlite3.Connection, now: int, generation: int | None,
@@ -151,7 +92,7 @@ def _take_over(conn: sqlite3.Connection, now: int, timeout: int) -> Dispatch | N
     if not expired:
         return None
     key, mode, body, urgent, tries = expired[0]
-    deadline = now + timeout + CLAIM_GRACE
+    deadline = rules.claim_deadline(now, timeout)
     conn.execute("UPDATE dispatches SET tries = ?, deadline = ?, claimed_at = ? WHERE key = ?",
                  (tries + 1, deadline, now, key))
     ids = _message_ids(conn, key)
@@ -167,8 +108,9 @@ def last_send(conn: sqlite3.Connection) -> int | None:
     Failed sends (certainly not delivered) and dispatches an operator
     resolved as unsent do not count.
     """
-    row = conn.execute("""SELECT MAX(claimed_at) FROM dispatches
-                          WHERE state IN ('sending', 'sent', 'uncertain')""").fetchone()
+    marks = ",".join("?" * len(rules.SPOKE_STATES))
+    row = conn.execute(f"SELECT MAX(claimed_at) FROM dispatches WHERE state IN ({marks})",
+                       rules.SPOKE_STATES).fetchone()
     return None if row[0] is None else int(row[0])
 
 
@@ -184,10 +126,7 @@ def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int,
 
     ``mode`` is recorded on a new claim; a resend keeps the mode of its claim.
     """
-    if mode not in DELIVERY_MODES:
-        raise BadInput(f"delivery mode must be one of {', '.join(DELIVERY_MODES)}")
-    if gap < 0 or timeout <= 0:
-        raise BadInput("the gap cannot be negative and the timeout must be positive")
+    rules.check_claim(mode, gap, timeout)
     with write(conn):
         resend = _take_over(conn, now, timeout)
         if resend is not None:
@@ -195,16 +134,16 @@ def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int,
         held = conn.execute("SELECT id, body, urgent FROM outbox WHERE state = 'held' "
                             "ORDER BY id").fetchall()
         last = last_send(conn)
-        allowed = None if last is None else last + gap
-        urgent = any(u for _, _, u in held)
-        if not held or (not urgent and allowed is not None and now < allowed):
-            return Wait(len(held), allowed, *_in_flight(conn))
+        flags = [bool(u) for _, _, u in held]
+        if not rules.may_send(flags, last, gap, now):
+            return Wait(len(held), rules.next_allowed(last, gap), *_in_flight(conn))
+        urgent = any(flags)
         # AUTOINCREMENT never reuses a number, so the key is never reused either.
         row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'dispatches'").fetchone()
         seq = (row[0] if row else 0) + 1
-        key = f"{instance_id(conn)}-{seq}"
-        body = SEPARATOR.join(b for _, b, _ in held)
-        deadline = now + timeout + CLAIM_GRACE
+        key = rules.dispatch_key(instance_id(conn), seq)
+        body = rules.merged([b for _, b, _ in held])
+        deadline = rules.claim_deadline(now, timeout)
         conn.execute(
             """INSERT INTO dispatches (seq, key, mode, body, urgent, claimed_at, deadline)
                VALUES (?, ?, ?, ?, ?, ?, ?)""", (seq, key, mode, body, int(urgent), now, deadline))
@@ -217,7 +156,7 @@ def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int,
         return Dispatch(key, mode, body, ids, urgent, 1, deadline)
 
 
-def settle(conn: sqlite3.Connection, key: str, outcome: Outcome, now: int,
+def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
            error: str | None = None, *, attempt: int) -> bool:
     """Record the sender's word for try ``attempt``; False when it changed nothing.
 
@@ -225,28 +164,25 @@ def settle(conn: sqlite3.Connection, key: str, outcome: Outcome, now: int,
     uncertain, or taken over by another dispatcher) is refused, except for
     ``sent``: a certain delivery settles the dispatch whichever try made it.
     """
-    if outcome not in ("sent", "failed", "unknown"):
-        raise BadInput(f"unknown dispatch outcome {outcome!r}")
     with write(conn):
         row = conn.execute("SELECT state, mode, tries FROM dispatches WHERE key = ?",
                            (key,)).fetchone()
         if row is None:
             return False
-        state, mode, tries = str(row[0]), str(row[1]), int(row[2])
-        if state != "sending" or tries != attempt:
-            if outcome == "sent" and state in ("sending", "uncertain"):
-                _mark_sent(conn, key, now, now, detail=f"late word from try {attempt}")
-                return True
+        action = rules.on_settle(str(row[0]), str(row[1]), int(row[2]), attempt, outcome)
+        if action == "stale":
             return False
-        if outcome == "sent":
+        if action == "late-sent":
+            _mark_sent(conn, key, now, now, detail=f"late word from try {attempt}")
+        elif action == "sent":
             _mark_sent(conn, key, now, now)
-        elif outcome == "failed":
+        elif action == "failed":
             _finish(conn, key, "failed", now, error)
             ids = _set_rows(conn, key, "held", error)
             history.record(conn, now, "dispatch", key, "failed", detail=error)
             history.record_many(conn, now, "message", "held again",
                                 ((i, None, error) for i in ids))
-        elif mode == "at-most-once":
+        elif action == "park":
             _park(conn, key, now, error or "outcome unknown")
         else:
             # at-least-once: the claim stays; the next dispatch after its deadline
@@ -281,7 +217,7 @@ def resolve(conn: sqlite3.Connection, key: str, sent: bool, now: int) -> int:
         return len(ids)
 
 
-def listing(conn: sqlite3.Connection, states: Sequence[str] = OPEN_STATES,
+def listing(conn: sqlite3.Connection, states: Sequence[str] = OPEN_OUTBOX_STATES,
             limit: int = 1000) -> list[OutboxMessage]:
     """Messages in ``states``, oldest first; past ``limit``, the newest ones."""
     marks = ",".join("?" * len(states))

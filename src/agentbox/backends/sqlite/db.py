@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentbox.engine.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
+from agentbox.backends.sqlite.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
 from agentbox.errors import Busy, DatabaseError
 
 APPLICATION_ID = 0x41474258  # "AGBX": marks a file as an agentbox inbox

@@ -14,6 +14,9 @@ from typing import Any
 from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
+from agentbox.rules.keys import check_key
+from agentbox.rules.records import TimerSpec
+from agentbox.rules.timers import check_spec
 
 
 @dataclass(frozen=True)
@@ -42,17 +45,6 @@ class FollowUp:
                          payload=self.payload, follow_up=True)
 
 
-@dataclass(frozen=True)
-class TimerSpec:
-    name: str
-    due: int
-    every: int | None
-    payload: str = "{}"
-    catch_up: str = "coalesce"
-    event_source: str | None = None
-    event_id: str | None = None
-    # Asked for by a run: may re-arm a one-off timer, never replace a schedule.
-    follow_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,8 +93,6 @@ def _duration(item: dict[str, Any], key: str, where: str, example: str) -> int:
 
 
 def _approval(item: Any, n: int) -> ApprovalRequest:
-    from agentbox.engine.inbox import check_key
-
     item = _object(item, f"approvals[{n}]", {"id", "expires_in", "action"})
     expires_in = _duration(item, "expires_in", f"approvals[{n}]", "4h")
     request_id = _text(item.get("id"), f"approvals[{n}].id")
@@ -115,8 +105,6 @@ def _approval(item: Any, n: int) -> ApprovalRequest:
 
 
 def _timer(item: Any, n: int) -> FollowUp:
-    from agentbox.engine.timers import check_spec
-
     item = _object(item, f"timers[{n}]", {"name", "in", "payload"})
     after = _duration(item, "in", f"timers[{n}]", "15m")
     payload = item.get("payload", {})

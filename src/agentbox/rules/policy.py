@@ -1,6 +1,6 @@
 """The knobs of the rules, with their defaults, in one place.
 
-Flags override config, config overrides these defaults; the engine only ever
+Flags override config, config overrides these defaults; the store only ever
 sees a finished :class:`Policy`.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD
-
-DELIVERY_MODES = ("at-least-once", "at-most-once")
 
 
 class Policy(NamedTuple):

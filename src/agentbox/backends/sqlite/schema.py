@@ -6,8 +6,7 @@ migration that has shipped; append a new one.
 
 from __future__ import annotations
 
-EVENT_STATES = ("pending", "running", "done", "dead")
-OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
+from agentbox.rules.records import EVENT_STATES, OUTBOX_STATES
 
 # Counts per state are kept by triggers, so `status` costs the same on a
 # million events as on ten.

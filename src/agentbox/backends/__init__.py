@@ -1,0 +1,1 @@
+"""Storage backends: each stores, locks and queries; the rules live in agentbox.rules."""

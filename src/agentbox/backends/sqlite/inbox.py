@@ -1,0 +1,123 @@
+"""The events table of one SQLite file: ingest once, look up, replay.
+
+A UNIQUE (source, source_id) key refuses the second copy of a delivery; what
+a run does to events (claim, finish, fail) is in :mod:`.runs`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from agentbox.backends.sqlite import history
+from agentbox.backends.sqlite.db import write
+from agentbox.rules.keys import check_key
+from agentbox.rules.records import Event, IngestResult
+
+INGEST_CHUNK = 1000  # rows per transaction in bulk ingest
+
+COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
+            "error, created_at, updated_at")
+
+
+def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
+             now: int, record_conflict: bool = True) -> IngestResult:
+    """Store an event inside the caller's write transaction."""
+    row = conn.execute(
+        """INSERT INTO events (source, source_id, payload, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id""",
+        (source, source_id, payload, now, now)).fetchone()
+    if row is not None:  # the events_stored trigger has begun its history
+        return IngestResult("stored", row[0], source, source_id)
+    event_id, stored = conn.execute(
+        "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",
+        (source, source_id)).fetchone()
+    if stored == payload:
+        return IngestResult("duplicate", event_id, source, source_id)
+    if record_conflict:
+        import hashlib  # only for a conflict: keeps it off the ingest start-up path
+
+        digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+        history.record(conn, now, "event", event_id, "conflict",
+                       detail=f"refused a different payload (sha256 {digest}…)")
+    return IngestResult("conflict", event_id, source, source_id)
+
+
+def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
+           now: int) -> IngestResult:
+    """Store one event whose payload is already canonical JSON (see jsonutil)."""
+    check_key(source, source_id)
+    with write(conn):
+        return store_in(conn, source, source_id, payload, now)
+
+
+def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
+                now: int, chunk: int = INGEST_CHUNK) -> list[IngestResult]:
+    """Store many checked events, ``chunk`` per transaction, in order."""
+    results: list[IngestResult] = []
+    batch: list[tuple[str, str, str]] = []
+
+    def flush() -> None:
+        with write(conn):
+            results.extend(store_in(conn, s, i, p, now) for s, i, p in batch)
+        batch.clear()
+
+    for source, source_id, payload in items:
+        check_key(source, source_id)
+        batch.append((source, source_id, payload))
+        if len(batch) >= chunk:
+            flush()
+    if batch:
+        flush()
+    return results
+
+
+def events_where(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> list[Event]:
+    rows = conn.execute(f"SELECT {COLUMNS} FROM events WHERE {where}", params).fetchall()
+    return [Event(*row) for row in rows]
+
+
+def get(conn: sqlite3.Connection, event_id: int) -> Event | None:
+    found = events_where(conn, "id = ?", (event_id,))
+    return found[0] if found else None
+
+
+def find(conn: sqlite3.Connection, source: str, source_id: str) -> Event | None:
+    found = events_where(conn, "source = ? AND source_id = ?", (source, source_id))
+    return found[0] if found else None
+
+
+def with_key_prefix(conn: sqlite3.Connection, source: str, prefix: str) -> list[Event]:
+    """Events of ``source`` whose source_id starts with ``prefix``, oldest first.
+
+    A range on the (source, source_id) key, so it reads only the matching rows.
+    """
+    bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return events_where(conn, "source = ? AND source_id >= ? AND source_id < ? ORDER BY id",
+                   (source, prefix, bound))
+
+
+def dead(conn: sqlite3.Connection, limit: int | None = None) -> list[Event]:
+    return events_where(conn, "status = 'dead' ORDER BY id LIMIT ?",
+                   (-1 if limit is None else limit,))
+
+
+def replay(conn: sqlite3.Connection, ids: Sequence[int] | None, now: int) -> list[int]:
+    """Dead events back to pending with attempts reset; same key, no new row.
+
+    ``ids=None`` replays every dead event. Returns the ids replayed; ids that
+    are not dead are left alone (the caller reports them).
+    """
+    with write(conn):
+        if ids is None:
+            where, params = "status = 'dead'", []
+        else:
+            where = f"status = 'dead' AND id IN ({','.join('?' * len(ids))})"
+            params = list(ids)
+        replayed = [r[0] for r in conn.execute(
+            f"""UPDATE events SET status = 'pending', attempts = 0, available_at = 0,
+                    claim_gen = NULL, error = NULL, updated_at = ?
+                WHERE {where} RETURNING id""", [now, *params]).fetchall()]
+        replayed.sort()
+        history.record_many(conn, now, "event", "replayed", ((i, None, None) for i in replayed))
+        return replayed

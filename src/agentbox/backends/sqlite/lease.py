@@ -1,0 +1,51 @@
+"""The lease row of one SQLite inbox; who may take it is decided in rules.lease."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from agentbox.backends.sqlite.db import write
+from agentbox.rules import lease as rules
+from agentbox.rules.records import Lease
+
+
+def current(conn: sqlite3.Connection) -> Lease | None:
+    row = conn.execute("SELECT holder, generation, until FROM lease").fetchone()
+    return Lease(*row) if row else None
+
+
+def holds(conn: sqlite3.Connection, holder: str, generation: int, now: int) -> bool:
+    """The fence. Call inside the write transaction it guards."""
+    return rules.holds(current(conn), holder, generation, now)
+
+
+def acquire(conn: sqlite3.Connection, holder: str, now: int, ttl: int) -> int | None:
+    """Take or renew the lease; the generation, or None while another holds it."""
+    with write(conn):
+        generation = rules.next_generation(current(conn), holder, now)
+        if generation is None:
+            return None
+        conn.execute(
+            """INSERT INTO lease (one, holder, generation, until) VALUES (1, ?, ?, ?)
+               ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
+                   generation = excluded.generation, until = excluded.until""",
+            (holder, generation, now + ttl))
+        return generation
+
+
+def renew(conn: sqlite3.Connection, holder: str, generation: int, now: int, ttl: int) -> bool:
+    """Extend a lease this worker still holds; False once it has lapsed or moved on."""
+    with write(conn):
+        if not holds(conn, holder, generation, now):
+            return False
+        conn.execute("UPDATE lease SET until = ? WHERE one = 1", (now + ttl,))
+        return True
+
+
+def release(conn: sqlite3.Connection, holder: str, generation: int, now: int) -> bool:
+    """End this worker's lease now, so the next tick need not wait out the TTL."""
+    with write(conn):
+        if not holds(conn, holder, generation, now):
+            return False
+        conn.execute("UPDATE lease SET until = ? WHERE one = 1", (rules.released_until(now),))
+        return True

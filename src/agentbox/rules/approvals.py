@@ -1,0 +1,74 @@
+"""Deferred approvals that expire.
+
+A request writes a one-off expiry timer whose event uses the approval's own
+key ('approval', id), so the answer and the expiry compete for one inbox row
+and only one outcome is ever stored. An answer checks the deadline itself,
+in the same transaction, instead of trusting that the scheduler ran.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agentbox.errors import BadInput
+from agentbox.jsonutil import canonical
+from agentbox.rules.keys import check_key
+from agentbox.rules.records import TimerSpec
+
+SOURCE = "approval"
+ANSWERS = ("yes", "no")
+OUTCOMES = (*ANSWERS, "expired")
+
+
+def expiry_timer_name(request_id: str) -> str:
+    return f"expire:{request_id}"
+
+
+def check_request(request_id: str, expires_in: int) -> None:
+    check_key(SOURCE, request_id)
+    if expires_in <= 0:
+        raise BadInput("an approval must expire a positive number of seconds from now")
+
+
+def check_reply(reply: str) -> None:
+    if reply not in ANSWERS:
+        raise BadInput(f"an approval answer is yes or no, not {reply!r}")
+
+
+def event_body(request_id: str, outcome: str, action: str) -> str:
+    """The inbox event that carries an approval's one outcome to the agent."""
+    return canonical({"approval": request_id, "answer": outcome, "action": action})
+
+
+def expiry_timer(request_id: str, now: int, expires_in: int, action: str) -> TimerSpec:
+    return TimerSpec(name=expiry_timer_name(request_id), due=now + expires_in, every=None,
+                     payload=event_body(request_id, "expired", action), event_source=SOURCE,
+                     event_id=request_id)
+
+
+def expired(now: int, expires_at: int) -> bool:
+    """At the deadline itself the request has expired, for answers and listings alike."""
+    return now >= expires_at
+
+
+def outcome(reply: str, now: int, expires_at: int) -> str:
+    """What an answer given at ``now`` stores: the reply, or 'expired' past the deadline."""
+    return "expired" if expired(now, expires_at) else reply
+
+
+def standing(stored_payload: str) -> str:
+    """The outcome an event under the approval's key carries; 'unknown' if it is no answer
+    (an event ingested by hand under that key)."""
+    try:
+        found = json.loads(stored_payload).get("answer")
+    except (ValueError, AttributeError):
+        return "unknown"
+    return found if found in OUTCOMES else "unknown"
+
+
+def listed(stored_payload: str | None, now: int, expires_at: int) -> str:
+    """A request's state for `approve list`: its stored outcome, else pending or expired."""
+    found = "unknown" if stored_payload is None else standing(stored_payload)
+    if found != "unknown":
+        return found
+    return "expired" if expired(now, expires_at) else "pending"

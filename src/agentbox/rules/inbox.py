@@ -1,0 +1,57 @@
+"""Attempts and poison: which events a run claims, and what a failure leads to.
+
+Attempts are counted when an event is claimed, so a worker that crashes
+still uses one up. Events left running by an older generation lost their
+worker and are retried; a pending event out of attempts goes dead; a retried
+event is claimed alone, so a poison event cannot drag healthy ones down with
+it; a handler error on the last attempt is final at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from agentbox.rules.policy import Policy
+
+
+class AfterFailure(NamedTuple):
+    status: str          # 'pending' (retry) or 'dead'
+    available_at: int    # when a retry may be claimed
+    dead_reason: str | None
+
+
+def batch(oldest_retry: int | None, oldest_fresh: Sequence[int], policy: Policy) -> list[int]:
+    """The ids one run claims: a retried event alone, else the oldest up to ``max_batch``."""
+    if oldest_retry is not None:
+        return [oldest_retry]
+    return list(oldest_fresh[:policy.max_batch])
+
+
+def abandoned(generation: int | None, attempts: int, now: int,
+              policy: Policy) -> tuple[int, str]:
+    """An event still running under an older generation: (available_at, error)."""
+    return (now + policy.backoff(attempts),
+            f"worker of generation {generation} lost its lease during attempt {attempts}")
+
+
+def out_of_attempts(attempts: int, policy: Policy) -> bool:
+    return attempts >= policy.max_attempts
+
+
+def exhausted(attempts: int, last_error: str | None) -> str:
+    """The error a pending event carries when it goes dead for want of attempts."""
+    return f"too many attempts ({attempts})" + (f"; last: {last_error}" if last_error else "")
+
+
+def exhausted_reason(policy: Policy) -> str:
+    return f"reached max_attempts {policy.max_attempts}"
+
+
+def after_failure(attempts: int, now: int, policy: Policy) -> AfterFailure:
+    """A handler error: retry after the backoff, or dead at once on the last attempt."""
+    available_at = now + policy.backoff(attempts)
+    if out_of_attempts(attempts, policy):
+        return AfterFailure("dead", available_at, f"failed on its last attempt ({attempts} of "
+                                                  f"{policy.max_attempts})")
+    return AfterFailure("pending", available_at, None)

@@ -1,0 +1,34 @@
+"""What may key an event: the (source, source_id) pair that makes ingest idempotent."""
+
+from __future__ import annotations
+
+from agentbox.errors import BadInput
+
+MAX_KEY_LENGTH = 512
+
+# Sources agentbox writes itself: an outside delivery under one of them could
+# take the key of a timer occurrence or of an approval's one outcome.
+RESERVED_SOURCES = {"approval": "agentbox approve", "timer": "agentbox schedule"}
+
+
+def check_key(source: str, source_id: str) -> None:
+    """Refuse keys that could never be stored or looked up reliably."""
+    for name, value in (("source", source), ("source_id", source_id)):
+        if not isinstance(value, str) or not value:
+            raise BadInput(f"{name} must be a non-empty string")
+        if len(value) > MAX_KEY_LENGTH:
+            raise BadInput(f"{name} is longer than {MAX_KEY_LENGTH} characters")
+        if "\x00" in value:
+            raise BadInput(f"{name} contains a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInput(f"{name} is not valid UTF-8") from None
+
+
+def check_delivery_key(source: str, source_id: str) -> None:
+    """A key for an event delivered from outside (``agentbox ingest``, ``serve``)."""
+    check_key(source, source_id)
+    if source in RESERVED_SOURCES:
+        raise BadInput(f"source {source!r} is kept for agentbox's own events; "
+                       f"use `{RESERVED_SOURCES[source]}` instead")

@@ -1,0 +1,86 @@
+"""The paced outbox: when held messages may go out, and what a sender's word means.
+
+Held messages go out merged into one body, at most once per ``gap`` counted
+from the last send of any kind (a failed send, or one an operator resolved as
+unsent, does not count); an urgent message bypasses the gap and takes the
+other held messages with it. A send never holds a lock while the sender
+runs: rows are claimed under a dispatch key with a deadline, the sender
+runs, the outcome is settled. A claim whose outcome is not known is resent
+under the same key after its deadline (``at-least-once``) or parked as
+``uncertain`` for an operator (``at-most-once``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from agentbox.errors import BadInput
+from agentbox.rules.records import DELIVERY_MODES, SendOutcome
+
+SEPARATOR = "\n\n"
+CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
+# Dispatch states after which the channel may have heard from us: the gap counts from them.
+SPOKE_STATES = ("sending", "sent", "uncertain")
+
+Settle = Literal["sent", "late-sent", "failed", "park", "unknown", "stale"]
+
+
+def check_claim(mode: str, gap: int, timeout: int) -> None:
+    if mode not in DELIVERY_MODES:
+        raise BadInput(f"delivery mode must be one of {', '.join(DELIVERY_MODES)}")
+    if gap < 0 or timeout <= 0:
+        raise BadInput("the gap cannot be negative and the timeout must be positive")
+
+
+def next_allowed(last_send: int | None, gap: int) -> int | None:
+    """When the gap lets the next send go; None when nothing was ever sent."""
+    return None if last_send is None else last_send + gap
+
+
+def may_send(urgent: Sequence[bool], last_send: int | None, gap: int, now: int) -> bool:
+    """Held messages (their urgent flags) go now if any is urgent or the gap has passed."""
+    if not urgent:
+        return False
+    allowed = next_allowed(last_send, gap)
+    return any(urgent) or allowed is None or now >= allowed
+
+
+def merged(bodies: Sequence[str]) -> str:
+    return SEPARATOR.join(bodies)
+
+
+def claim_deadline(now: int, timeout: int) -> int:
+    return now + timeout + CLAIM_GRACE
+
+
+def dispatch_key(instance: str, seq: int) -> str:
+    """Unique per inbox and never reused: the channel dedupes on it."""
+    return f"{instance}-{seq}"
+
+
+def sender_word(ok: bool, returncode: int | None, timed_out: bool, stopped: bool) -> SendOutcome:
+    """Exit 0 = delivered; a non-zero exit = certainly not; stopped or killed = not known."""
+    if ok:
+        return "sent"
+    if timed_out or stopped or returncode is None or returncode < 0:
+        return "unknown"
+    return "failed"
+
+
+def on_settle(state: str, mode: str, tries: int, attempt: int, outcome: SendOutcome) -> Settle:
+    """What the sender's word for try ``attempt`` does to a dispatch in ``state``.
+
+    A word for a try that is no longer current (settled, parked, or taken over
+    by another dispatcher) changes nothing, except a certain delivery: the
+    channel has the message whichever try brought it.
+    """
+    if outcome not in ("sent", "failed", "unknown"):
+        raise BadInput(f"unknown dispatch outcome {outcome!r}")
+    if state != "sending" or tries != attempt:
+        return "late-sent" if outcome == "sent" and state in ("sending", "uncertain") else "stale"
+    if outcome == "sent":
+        return "sent"
+    if outcome == "failed":
+        return "failed"
+    return "park" if mode == "at-most-once" else "unknown"

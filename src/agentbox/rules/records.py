@@ -1,0 +1,149 @@
+"""What the store hands back: plain records, the same from every backend.
+
+Named tuples and frozen dataclasses only, no database types: a caller above
+the store cannot tell which backend produced a record. The state names live
+here too, so the CLI, the scenario runner and every backend share one list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+EVENT_STATES = ("pending", "running", "done", "dead")
+OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
+OPEN_OUTBOX_STATES = ("held", "sending", "uncertain")
+DISPATCH_STATES = ("sending", "sent", "failed", "uncertain", "unsent")
+CATCH_UP_MODES = ("coalesce", "each")
+DELIVERY_MODES = ("at-least-once", "at-most-once")
+
+IngestOutcome = Literal["stored", "duplicate", "conflict"]
+SendOutcome = Literal["sent", "failed", "unknown"]
+AddOutcome = Literal["added", "unchanged", "replaced"]
+
+
+class Event(NamedTuple):
+    id: int
+    source: str
+    source_id: str
+    payload: str  # canonical JSON object
+    status: str
+    attempts: int
+    claim_gen: int | None
+    available_at: int
+    error: str | None
+    created_at: int
+    updated_at: int
+
+
+class IngestResult(NamedTuple):
+    outcome: IngestOutcome
+    id: int
+    source: str
+    source_id: str
+
+
+class Lease(NamedTuple):
+    holder: str
+    generation: int
+    until: int
+
+
+class Entry(NamedTuple):
+    """One line of an event's (or message's, dispatch's, timer's) story."""
+
+    at: int
+    subject: str
+    subject_id: str
+    action: str
+    generation: int | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """A timer as asked for: by `schedule add`, an approval request or a run's answer."""
+
+    name: str
+    due: int
+    every: int | None
+    payload: str = "{}"
+    catch_up: str = "coalesce"
+    event_source: str | None = None
+    event_id: str | None = None
+    # Asked for by a run: may re-arm a one-off timer, never replace a schedule.
+    follow_up: bool = False
+
+
+@dataclass(frozen=True)
+class Timer:
+    name: str
+    due: int
+    every: int | None
+    payload: str
+    catch_up: str
+    event_source: str | None
+    event_id: str | None
+    done: bool
+    created_at: int
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    action: str
+    requested_at: int
+    expires_at: int
+    outcome: str  # pending | yes | no | expired
+    answered_at: int | None
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``."""
+
+    key: str
+    mode: str
+    body: str
+    message_ids: tuple[int, ...]
+    urgent: bool
+    tries: int
+    deadline: int
+
+    @property
+    def resend(self) -> bool:
+        return self.tries > 1
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    id: int
+    body: str
+    urgent: bool
+    state: str
+    dispatch_key: str | None
+    created_at: int
+    sent_at: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing was claimed.
+
+    ``until`` is when the gap allows the next send (None: no send yet);
+    ``in_flight`` counts claims still inside their deadline, the earliest of
+    which is ``in_flight_until``.
+    """
+
+    held: int
+    until: int | None
+    in_flight: int = 0
+    in_flight_until: int | None = None
+
+
+class Status(NamedTuple):
+    events: dict[str, int]
+    outbox: dict[str, int]
+    lease: Lease | None
+    next_timer: Timer | None

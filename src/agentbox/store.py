@@ -1,0 +1,182 @@
+"""The seam: everything agentbox keeps, behind one protocol, on any backend.
+
+Every command, the worker, the dispatcher, the scenario runner and the
+contract test suite (``tests/contract``) speak only to :class:`Store`. A
+backend stores, locks and queries; the rules it applies come from
+:mod:`agentbox.rules`, and its driver's errors are translated inside it into
+agentbox's own (:class:`~agentbox.errors.Busy` when the database stays
+locked, :class:`~agentbox.errors.DatabaseError` when it cannot be used), so
+nothing above this module knows which database it talks to.
+
+Time is always an argument (``now``, integer Unix seconds): a store never
+reads the clock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from agentbox.rules.answer import Answer
+    from agentbox.rules.policy import Policy
+    from agentbox.rules.records import (
+        AddOutcome,
+        Approval,
+        Dispatch,
+        Entry,
+        Event,
+        IngestResult,
+        Lease,
+        OutboxMessage,
+        SendOutcome,
+        Status,
+        Timer,
+        TimerSpec,
+        Wait,
+    )
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class Store(Protocol):
+    """One user's inbox: events, lease, timers, approvals and outbox."""
+
+    #: Where the inbox lives: a file path, or a PostgreSQL URL without its password.
+    location: str
+
+    def close(self) -> None:
+        """Release the connection; the store is unusable afterwards."""
+
+    def instance_id(self) -> str:
+        """A random id fixed when the inbox was created: it makes keys unique across inboxes."""
+
+    # -- inbox ---------------------------------------------------------------
+
+    def ingest(self, source: str, source_id: str, payload: str, now: int) -> IngestResult:
+        """Store one event whose payload is canonical JSON, once per (source, source_id).
+
+        The same key again with the same payload is ``duplicate``; with another
+        payload ``conflict`` (the first stands, the refusal is in its history).
+        """
+
+    def ingest_many(self, items: Iterable[tuple[str, str, str]],
+                    now: int) -> list[IngestResult]:
+        """Store many (source, source_id, payload) items, in order, in a few transactions."""
+
+    def event(self, event_id: int) -> Event | None:
+        """One event by id, in any state."""
+
+    def find(self, source: str, source_id: str) -> Event | None:
+        """The event stored under a key, if any."""
+
+    def story(self, event_id: int) -> list[Entry]:
+        """An event's history, oldest first: stored, claimed, failed, dead, replayed, …"""
+
+    def dead(self, limit: int | None = None) -> list[Event]:
+        """Dead events, oldest first."""
+
+    def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
+        """Dead events back to pending with attempts reset (all of them for ``None``).
+
+        Returns the ids replayed; ids that are not dead are left alone.
+        """
+
+    def status(self) -> Status:
+        """Counts per state (every state present), the lease, and the next timer."""
+
+    # -- lease and runs ------------------------------------------------------
+
+    def lease(self) -> Lease | None:
+        """The lease as it stands (it may have expired)."""
+
+    def acquire(self, holder: str, now: int, ttl: int) -> int | None:
+        """Take or renew the lease until ``now + ttl``: the generation, or None when
+        another holder's lease is still live. A takeover bumps the generation."""
+
+    def renew(self, holder: str, generation: int, now: int, ttl: int) -> bool:
+        """Extend a lease this holder still holds; False once it lapsed or moved on."""
+
+    def release(self, holder: str, generation: int, now: int) -> bool:
+        """End the lease now (fenced), so the next worker need not wait out the TTL."""
+
+    def claim(self, holder: str, generation: int, now: int,
+              policy: Policy) -> list[Event] | None:
+        """Claim one run's batch behind the fence; None when the lease is not ours.
+
+        Events abandoned by an older generation go back to pending, those out of
+        attempts go dead, then a retried event alone or up to ``max_batch``
+        fresh ones are claimed, each attempt counted now.
+        """
+
+    def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
+               answer: Answer | None = None) -> bool:
+        """Mark a run's events done and write its answer, in one fenced transaction.
+
+        False (and nothing written) when the lease or any event is no longer
+        this run's; a bad answer raises and writes nothing.
+        """
+
+    def fail(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,
+             policy: Policy) -> bool:
+        """Record a handler error: retry after the backoff, or dead on the last attempt."""
+
+    # -- timers and approvals ------------------------------------------------
+
+    def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
+        """Add a timer; re-adding an unchanged one is a no-op, a changed one needs
+        ``replace`` (else NotAsAsked)."""
+
+    def remove_timer(self, name: str, now: int) -> bool:
+        """Delete a timer; False if there is none. An approval's expiry is refused."""
+
+    def timers(self, include_done: bool = False) -> list[Timer]:
+        """Timers by due time; spent one-offs only with ``include_done``."""
+
+    def tick(self, now: int, policy: Policy | None = None) -> int:
+        """One scheduler pass: each due timer's events stored and the timer moved on,
+        in one transaction. Returns how many timers were due."""
+
+    def timer_events(self, name: str) -> list[Event]:
+        """The events a timer has put into the inbox, oldest first."""
+
+    def request_approval(self, request_id: str, now: int, expires_in: int,
+                         action: str) -> bool:
+        """Record a request and its expiry timer; False if the id was requested before."""
+
+    def answer_approval(self, request_id: str, reply: str, now: int) -> str:
+        """Answer yes or no; returns the outcome that stands (yes, no, expired, unknown)."""
+
+    def approvals(self, now: int) -> list[Approval]:
+        """Every request with its outcome as of ``now``."""
+
+    # -- outbox --------------------------------------------------------------
+
+    def claim_dispatch(self, now: int, mode: str, gap: int,
+                       timeout: int) -> Dispatch | Wait:
+        """Claim the next send (an overdue at-least-once resend first), or say why not."""
+
+    def settle_dispatch(self, key: str, outcome: SendOutcome, now: int,
+                        error: str | None = None, *, attempt: int) -> bool:
+        """Record the sender's word for try ``attempt``; False when it changed nothing."""
+
+    def resolve_dispatch(self, key: str, sent: bool, now: int) -> int:
+        """An operator's verdict on an uncertain dispatch; returns its message count."""
+
+    def outbox(self, states: Sequence[str] = ("held", "sending", "uncertain"),
+               limit: int = 1000) -> list[OutboxMessage]:
+        """Messages in ``states``, oldest first; past ``limit``, the newest ones."""
+
+
+def is_url(target: str | os.PathLike[str]) -> bool:
+    """A PostgreSQL URL rather than a file path."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",
+               make_folders: bool = False) -> Store:
+    """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox)."""
+    from agentbox.backends.sqlite.store import SqliteStore
+
+    return SqliteStore(target, synchronous=synchronous, make_folders=make_folders)
