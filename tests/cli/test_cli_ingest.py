@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from agentbox.backends.sqlite.store import SqliteStore
+
 T0 = 1_000_000
 
 Cli = Callable[..., Any]
@@ -40,8 +42,8 @@ def test_conflict_exits_3_and_the_first_payload_stands(cli: Cli, inbox: Path, qu
     assert result.code == 3
     assert "conflict" in result.out and "first stands" in result.out
     assert query(inbox, "SELECT payload FROM events") == [('{"text":"first"}',)]
-    actions = [r[0] for r in query(inbox, "SELECT action FROM history ORDER BY id")]
-    assert actions == ["stored", "conflict"]
+    with SqliteStore(inbox) as store:
+        assert [e.action for e in store.story(1)] == ["stored", "conflict"]
 
     code, doc = ingest_json(cli, "chat", "m-7", "--payload", '{"text": "third"}')
     assert (code, doc["outcome"], doc["id"]) == (3, "conflict", 1)

@@ -244,3 +244,26 @@ def test_holder_ids_are_unique_and_name_host_and_process() -> None:
     assert len(ids) == 2000
     host, pid, _ = next(iter(ids)).rsplit(":", 2)
     assert (host, pid) == (socket.gethostname(), str(os.getpid()))
+
+
+def test_a_version_1_inbox_keeps_its_stories_and_counts_through_version_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 1 wrote each event's "stored" entry as a history row and counted new
+    events by trigger; version 2 reads the entry from the event and counts in code."""
+    path = tmp_path / "inbox.sqlite3"
+    with monkeypatch.context() as v1:
+        v1.setattr(db, "SCHEMA_VERSION", 1)
+        db.connect(path).close()
+        with raw(path) as conn:  # as version 1 stored events: its triggers did the rest
+            conn.executemany("INSERT INTO events (source, source_id, payload, created_at, "
+                             "updated_at) VALUES ('s', ?, '{}', ?, ?)", [("1", T, T), ("2", T, T)])
+            conn.commit()
+            assert conn.execute("SELECT COUNT(*) FROM history "
+                                "WHERE action = 'stored'").fetchone() == (2,)
+    with SqliteStore(path) as store:
+        assert [e.action for e in store.story(1)] == ["stored"]
+        assert store.status().events["pending"] == 2
+        store.ingest("s", "3", "{}", T + 1)
+        store.ingest_many([("s", "3", "{}"), ("s", "4", "{}")], T + 2)
+        assert store.status().events["pending"] == 4
+        assert [(e.at, e.action) for e in store.story(4)] == [(T + 2, "stored")]

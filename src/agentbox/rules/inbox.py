@@ -13,12 +13,19 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from agentbox.rules.policy import Policy
+from agentbox.rules.records import Entry
 
 
 class AfterFailure(NamedTuple):
     status: str          # 'pending' (retry) or 'dead'
     available_at: int    # when a retry may be claimed
     dead_reason: str | None
+
+
+def stored_entry(event_id: int, created_at: int) -> Entry:
+    """The first line of every event's story, read from the event itself: writing it
+    as a history row would cost every ingest a second insert."""
+    return Entry(created_at, "event", str(event_id), "stored", None, None)
 
 
 def batch(oldest_retry: int | None, oldest_fresh: Sequence[int], policy: Policy) -> list[int]:

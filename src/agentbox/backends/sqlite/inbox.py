@@ -11,8 +11,9 @@ from collections.abc import Iterable, Sequence
 
 from agentbox.backends.sqlite import history
 from agentbox.backends.sqlite.db import write
+from agentbox.rules.inbox import stored_entry
 from agentbox.rules.keys import check_key
-from agentbox.rules.records import Event, IngestResult
+from agentbox.rules.records import Entry, Event, IngestResult
 
 INGEST_CHUNK = 1000  # rows per transaction in bulk ingest
 
@@ -21,13 +22,19 @@ COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, availab
 
 
 def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
-             now: int, record_conflict: bool = True) -> IngestResult:
-    """Store an event inside the caller's write transaction."""
+             now: int, record_conflict: bool = True, counted: bool = True) -> IngestResult:
+    """Store an event inside the caller's write transaction.
+
+    A caller storing many events passes ``counted=False`` and adds them to the
+    pending count itself, once (:func:`count_stored`).
+    """
     row = conn.execute(
         """INSERT INTO events (source, source_id, payload, created_at, updated_at)
            VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id""",
         (source, source_id, payload, now, now)).fetchone()
-    if row is not None:  # the events_stored trigger has begun its history
+    if row is not None:
+        if counted:
+            count_stored(conn, 1)
         return IngestResult("stored", row[0], source, source_id)
     event_id, stored = conn.execute(
         "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",
@@ -41,6 +48,13 @@ def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str
         history.record(conn, now, "event", event_id, "conflict",
                        detail=f"refused a different payload (sha256 {digest}…)")
     return IngestResult("conflict", event_id, source, source_id)
+
+
+def count_stored(conn: sqlite3.Connection, stored: int) -> None:
+    """New events are pending: the one tally no trigger keeps (see schema version 2)."""
+    if stored:
+        conn.execute("UPDATE state_counts SET n = n + ? WHERE tbl = 'events' "
+                     "AND state = 'pending'", (stored,))
 
 
 def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
@@ -59,7 +73,9 @@ def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
 
     def flush() -> None:
         with write(conn):
-            results.extend(store_in(conn, s, i, p, now) for s, i, p in batch)
+            done = [store_in(conn, s, i, p, now, counted=False) for s, i, p in batch]
+            count_stored(conn, sum(r.outcome == "stored" for r in done))
+        results.extend(done)
         batch.clear()
 
     for source, source_id, payload in items:
@@ -75,6 +91,13 @@ def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
 def events_where(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> list[Event]:
     rows = conn.execute(f"SELECT {COLUMNS} FROM events WHERE {where}", params).fetchall()
     return [Event(*row) for row in rows]
+
+
+def story(conn: sqlite3.Connection, event_id: int) -> list[Entry]:
+    """An event's history, opening with the "stored" entry its row itself records."""
+    row = conn.execute("SELECT created_at FROM events WHERE id = ?", (event_id,)).fetchone()
+    opening = [] if row is None else [stored_entry(event_id, int(row[0]))]
+    return opening + history.story(conn, "event", event_id)
 
 
 def get(conn: sqlite3.Connection, event_id: int) -> Event | None:

@@ -150,5 +150,15 @@ CREATE TABLE state_counts (
 ) WITHOUT ROWID;
 """ + _count_triggers()
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Version 2: bulk ingest pays per transaction, not per row, for what it does
+# beyond a plain keyed insert. An event's "stored" entry is read from its
+# created_at instead of being written as a history row, and the pending count
+# of new events is added once per transaction by the code that inserts them.
+_V2 = """
+DROP TRIGGER events_stored;
+DROP TRIGGER events_count_insert;
+DELETE FROM history WHERE subject = 'event' AND action = 'stored';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)

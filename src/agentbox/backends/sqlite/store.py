@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentbox.backends.sqlite import db, history, inbox, lease
+from agentbox.backends.sqlite import db, inbox, lease
 from agentbox.rules.records import Status
 
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
@@ -96,7 +96,7 @@ class SqliteStore:
         return inbox.find(self.conn, source, source_id)
 
     def story(self, event_id: int) -> list[Entry]:
-        return history.story(self.conn, "event", event_id)
+        return inbox.story(self.conn, event_id)
 
     def dead(self, limit: int | None = None) -> list[Event]:
         return inbox.dead(self.conn, limit)
