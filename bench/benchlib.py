@@ -50,7 +50,7 @@ class Row:
     subject: float
     baseline: float
     unit: str
-    target: float
+    target: float | None  # None: a cost shown for what it is, with no target to meet
     higher_is_better: bool
     note: str = ""
     errors: int = 0
@@ -61,11 +61,15 @@ class Row:
 
     @property
     def ok(self) -> bool:
+        if self.target is None:
+            return self.errors == 0
         met = self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
         return met and self.errors == 0
 
     @property
     def target_text(self) -> str:
+        if self.target is None:
+            return "none: the cost of what agentbox does by design"
         return f"{'≥' if self.higher_is_better else '≤'} {self.target:g}{TIMES}"
 
     def document(self) -> dict[str, object]:
@@ -77,13 +81,14 @@ class Row:
         return cls(**{k: v for k, v in doc.items() if k in names})  # type: ignore[arg-type]
 
 
-def time_row(what: str, subject_s: float, baseline_s: float, target: float,
+def time_row(what: str, subject_s: float, baseline_s: float, target: float | None,
              note: str = "", errors: int = 0) -> Row:
     """A row of wall times in milliseconds; lower is better."""
     return Row(what, subject_s * 1000, baseline_s * 1000, "ms", target, False, note, errors)
 
 
-def rate_row(what: str, subject: float, baseline: float, target: float, unit: str = "ev/s",
+def rate_row(what: str, subject: float, baseline: float, target: float | None,
+             unit: str = "ev/s",
              note: str = "", errors: int = 0) -> Row:
     """A row of throughputs; higher is better."""
     return Row(what, subject, baseline, unit, target, True, note, errors)
@@ -193,8 +198,29 @@ def raw_connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+# What a user's bare alternative keeps: one plain table with its key, nothing else.
+PLAIN_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    UNIQUE (source, source_id))"""
+
+
+def plain_inbox(path: Path) -> Path:
+    """An empty plain table for a baseline: no history, no counts, no second index."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = raw_connect(path)
+    conn.execute(PLAIN_SCHEMA)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
 def make_inbox(path: Path) -> Path:
-    """An empty inbox made by the engine itself, so every baseline writes the real schema."""
+    """An empty inbox made by agentbox itself: its real schema, triggers and indexes."""
     from agentbox.backends.sqlite import db
 
     conn = db.connect(path)
@@ -278,6 +304,7 @@ class Homes:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.template = make_inbox(root / "template.sqlite3")
+        self.plain_template = plain_inbox(root / "plain-template.sqlite3")
         self.env = clean_env(root)
         self._serial = 0
 
@@ -292,8 +319,12 @@ class Homes:
         return {**self.env, "AGENTBOX_HOME": str(home), "AGENTBOX_USER": "bench"}
 
     def inbox(self) -> Path:
-        """A fresh inbox file for a baseline program."""
+        """A fresh copy of agentbox's empty inbox, for measuring its schema's own cost."""
         return copy_inbox(self.template, self._next() / "inbox.sqlite3")
+
+    def plain(self) -> Path:
+        """A fresh plain keyed table: what a baseline program writes into."""
+        return copy_inbox(self.plain_template, self._next() / "plain.sqlite3")
 
 
 def console_script(name: str = "agentbox") -> Path:

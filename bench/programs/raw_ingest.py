@@ -1,9 +1,10 @@
 """The baseline: a bare Python program storing events with sqlite3 alone.
 
-It does the durable writes ``agentbox ingest`` does (the event row, and with
-it the schema's trigger writes its history row, in one BEGIN IMMEDIATE
-transaction, WAL, synchronous=FULL) with
-nothing else imported, so the difference is what agentbox adds.
+What a user would write instead of agentbox: parse the JSON, store the event
+row under its UNIQUE (source, source_id) key in one BEGIN IMMEDIATE
+transaction, WAL, synchronous=FULL, nothing else imported. It writes into
+whatever ``events`` table DB has: a plain keyed table for the baselines, or
+agentbox's own schema for the rows that show that schema's cost.
 
     raw_ingest.py DB SOURCE SOURCE_ID PAYLOAD   one event
     raw_ingest.py DB --jsonl                    JSON lines on stdin, one transaction
