@@ -49,6 +49,11 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the connection; the store is unusable afterwards."""
 
+    def __enter__(self) -> Store:
+        """``with`` closes the store on the way out."""
+
+    def __exit__(self, *exc: object) -> None: ...
+
     def instance_id(self) -> str:
         """A random id fixed when the inbox was created: it makes keys unique across inboxes."""
 
@@ -172,6 +177,27 @@ class Store(Protocol):
 def is_url(target: str | os.PathLike[str]) -> bool:
     """A PostgreSQL URL rather than a file path."""
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def locate(db: str | os.PathLike[str] | None = None, user: str | None = None) -> str:
+    """Where an inbox lives: ``db``, else ``$AGENTBOX_DB``, else the ``database`` setting,
+    else the user's own file under the data folder (its folder made 0700).
+
+    A file path comes back absolute, so a handler or sender told about it finds
+    the same inbox from any working directory. ``user`` is checked only when it
+    is needed to find the file.
+    """
+    chosen = os.fspath(db) if db else os.environ.get("AGENTBOX_DB")
+    if not chosen:
+        from agentbox import config, paths
+
+        who = paths.resolve_user(user)
+        chosen = config.resolve(paths.config_path(), who).database
+        if not chosen:
+            path = paths.inbox_path(who)
+            paths.private_dir(path.parent)
+            return str(path)
+    return chosen if is_url(chosen) else os.path.abspath(chosen)
 
 
 def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",

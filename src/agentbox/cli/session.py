@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -26,20 +25,10 @@ class Session:
 
     @cached_property
     def db_target(self) -> str:
-        """Where the inbox lives: ``--db``, else ``$AGENTBOX_DB``, else the ``database``
-        setting, else the user's own file (its folder made, the user name checked first).
+        """Where the inbox lives (see :func:`agentbox.store.locate`)."""
+        from agentbox.store import locate
 
-        A file path comes back absolute, so a handler or sender told about it finds the
-        same inbox from any working directory.
-        """
-        from agentbox.store import is_url
-
-        chosen = self.db_flag or os.environ.get("AGENTBOX_DB") or self.settings().database
-        if chosen:
-            return chosen if is_url(chosen) else os.path.abspath(chosen)
-        path = paths.inbox_path(self.user)
-        paths.private_dir(path.parent)
-        return str(path)
+        return locate(self.db_flag, self.user_flag)
 
     def settings(self, flags: Mapping[str, Any] | None = None) -> Settings:
         from agentbox import config

@@ -1,0 +1,142 @@
+"""A handler written as a Python function, not as JSON plumbing.
+
+``agentbox run`` starts the handler as a program, hands it a batch as JSON on
+stdin and reads its answer as JSON on stdout (see docs/handler.md). This
+module does both ends for a Python function::
+
+    from agentbox.handler import Batch, Reply, handler
+
+    @handler
+    def answer(batch: Batch) -> Reply | None:
+        texts = [event.payload.get("text", "") for event in batch.events]
+        return Reply(messages=[f"{len(texts)} new message(s)"])
+
+    if __name__ == "__main__":
+        answer.main()
+
+and ``agentbox run -- python3 agent.py`` runs it. Returning ``None`` (or an
+empty :class:`Reply`) chooses silence; raising fails the run, so the events
+are retried (the exception's last line reaches the event's history). The
+reply is checked against the same rules ``agentbox run`` applies before it is
+printed, so a bad reply fails inside the handler, with its own traceback.
+
+The decorated function stays callable with a :class:`Batch`, for tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from agentbox.jsonutil import loads_strict
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of the batch, as ``agentbox run`` hands it over."""
+
+    id: int
+    source: str
+    source_id: str
+    payload: dict[str, Any]
+    attempt: int
+    idempotency_key: str  # stable across retries and replays: dedupe side effects on it
+
+
+@dataclass(frozen=True)
+class Batch:
+    user: str
+    generation: int
+    events: tuple[Event, ...]
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Batch:
+        doc = loads_strict(text, "batch")
+        return cls(user=doc["user"], generation=doc["generation"],
+                   events=tuple(Event(**event) for event in doc["events"]))
+
+
+@dataclass(frozen=True)
+class Message:
+    body: str
+    urgent: bool = False  # goes out at once, taking the other held messages with it
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Ask a person; the answer, or 'expired' after ``expires_in``, arrives as an event."""
+
+    id: str
+    expires_in: int | str  # seconds, or a duration such as "4h"
+    action: str
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A one-off timer: an event under source 'timer' after ``after``."""
+
+    name: str
+    after: int | str  # seconds, or a duration such as "15m"
+    payload: dict[str, Any] | None = None
+
+
+@dataclass
+class Reply:
+    messages: Sequence[str | Message] = field(default_factory=list)
+    approvals: Sequence[Approval] = field(default_factory=list)
+    timers: Sequence[Timer] = field(default_factory=list)
+
+    def document(self) -> dict[str, Any]:
+        """The reply in the handler protocol's JSON shape."""
+        return {
+            "messages": [{"body": m, "urgent": False} if isinstance(m, str)
+                         else {"body": m.body, "urgent": m.urgent} for m in self.messages],
+            "approvals": [{"id": a.id, "expires_in": a.expires_in, "action": a.action}
+                          for a in self.approvals],
+            "timers": [{"name": t.name, "in": t.after, "payload": t.payload or {}}
+                       for t in self.timers],
+        }
+
+    def to_json(self) -> str:
+        """The reply as ``agentbox run`` reads it, checked by the same rules first."""
+        from agentbox.rules.answer import parse
+
+        text = json.dumps(self.document(), ensure_ascii=False)
+        parse(text)  # raises BadInput, naming the offending field, on a reply run would refuse
+        return text
+
+
+class Handler:
+    """A function from a :class:`Batch` to a :class:`Reply`, runnable as a handler program."""
+
+    def __init__(self, function: Callable[[Batch], Reply | None]) -> None:
+        self.function = function
+        self.__doc__ = function.__doc__
+        self.__name__ = getattr(function, "__name__", "handler")
+
+    def __call__(self, batch: Batch) -> Reply | None:
+        return self.function(batch)
+
+    def main(self, stdin: IO[bytes] | None = None, stdout: IO[str] | None = None) -> None:
+        """Read one batch, answer it, exit: 0 with the reply printed, 1 on any error."""
+        raise SystemExit(self.run(stdin or sys.stdin.buffer, stdout or sys.stdout))
+
+    def run(self, stdin: IO[bytes], stdout: IO[str]) -> int:
+        try:
+            reply = self.function(Batch.from_json(stdin.read()))
+            text = "" if reply is None else reply.to_json()
+        except Exception:
+            traceback.print_exc()
+            return 1
+        stdout.write(text)
+        stdout.flush()
+        return 0
+
+
+def handler(function: Callable[[Batch], Reply | None]) -> Handler:
+    """Make ``function`` a handler program: call ``.main()`` under ``__main__``."""
+    return Handler(function)
