@@ -133,3 +133,28 @@ def test_timer_events_lists_what_a_timer_fired_and_nothing_else(backend: Store) 
     assert [e.source_id for e in events] == [f"digest@{T}", f"digest@{T + DAY}"]
     assert all(e.source == "timer" for e in events)
     assert backend.timer_events("never-added") == []
+
+
+@pytest.mark.parametrize(("limit", "owed", "alone", "coalesced"), [
+    (3, 3, 3, None),   # exactly the limit: one event apiece, none coalesced
+    (3, 4, 2, 2),      # one past it: limit - 1 apiece, the other 2 in one (skipped 1)
+    (1, 2, 0, 2),      # a limit of one coalesces every catch-up burst
+    (1, 1, 1, None),
+])
+def test_catch_up_each_counts_up_to_the_limit_exactly(backend: Store, limit: int, owed: int,
+                                                      alone: int, coalesced: int | None) -> None:
+    spec = TimerSpec(name="bill", due=T, every=H, payload="{}", catch_up="each")
+    backend.add_timer(spec, T)
+    now = T + (owed - 1) * H  # ``owed`` occurrences are due, the first at T
+    assert backend.tick(now, Policy(catch_up_limit=limit)) == 1
+    events = backend.timer_events("bill")
+    bodies = [json.loads(e.payload) for e in events]
+    assert [b["scheduled_for"] for b in bodies[:alone]] == [T + k * H for k in range(alone)]
+    assert all(b["skipped"] == 0 for b in bodies[:alone])
+    if coalesced is None:
+        assert len(events) == alone
+    else:
+        assert len(events) == alone + 1
+        assert (bodies[-1]["scheduled_for"], bodies[-1]["skipped"]) == (now, coalesced - 1)
+    [timer] = backend.timers()
+    assert timer.due == now + H
