@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentbox.durations import format_duration
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
@@ -227,11 +226,7 @@ class Worker:
                                    f"{generation}); the handler was stopped and nothing "
                                    "was recorded")
         if not result.ok:
-            why = result.describe()
-            if result.timed_out:
-                why = why.replace("timed out", "timed out after "
-                                  + format_duration(self.policy.handler_timeout), 1)
-            return self._fail(generation, ids, fired, f"handler {why}")
+            return self._fail(generation, ids, fired, f"handler {result.describe()}")
         tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:

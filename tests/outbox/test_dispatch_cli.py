@@ -139,9 +139,9 @@ def test_sender_timeout_at_least_once_resends_after_the_deadline(
     result = cli("dispatch", "--timeout", "1s", "--mode", "at-least-once", "--",
                  *sender.argv, now=T)
     assert result.code == 1
-    assert "sender timed out" in result.err and "resent under the same key" in result.err
+    assert "sender timed out after 1s" in result.err and "resent under the same key" in result.err
     [row] = outbox_rows(cli)
-    assert (row["state"], row["error"]) == ("sending", "sender timed out")
+    assert (row["state"], row["error"]) == ("sending", "sender timed out after 1s")
     monkeypatch.delenv("SENDER_WAIT_FOR")
     deadline = T + 1 + CLAIM_GRACE
     early = cli("dispatch", "--json", "--", *sender.argv, now=deadline)

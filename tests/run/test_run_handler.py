@@ -128,8 +128,9 @@ def test_a_malformed_answer_fails_the_run(cli, handler, inbox, answer, why):
     ingest(cli, "m1")
     result = cli("run", "--", *handler, "--answer", answer, "--stderr", "trace", now=T0)
     assert result.code == 1
-    assert "handler output rejected" in result.err and why in result.err
-    assert result.err.count("\n") == 1
+    relayed, said = result.err.splitlines()
+    assert relayed == "handler: trace"  # the handler's stderr, as it was written
+    assert said.startswith("agentbox: error: handler output rejected") and why in said
     store = inbox()
     event = store.find("chat", "m1")
     assert (event.status, event.attempts) == ("pending", 1)
@@ -149,16 +150,28 @@ def test_an_answer_over_the_output_bound_fails_the_run(cli, inbox):
     assert held(store) == []
 
 
-def test_a_failing_handler_records_its_stderr_tail(cli, handler, inbox):
+def test_a_failing_handler_records_its_stderr_tail_in_whole_lines(cli, handler, inbox):
+    ingest(cli, "m1")
+    lines = [f"line {n} " + "y" * (1 + n % 37) for n in range(1000)]
+    result = cli("run", "--", *handler, "--exit", "4", "--stderr", "\n".join(lines), now=T0)
+    assert result.code == 1
+    assert "generation 1: 1 event(s) (1) failed" in result.out
+    assert result.err.splitlines()[:1000] == [f"handler: {line}" for line in lines]
+    event = inbox().find("chat", "m1")
+    assert event.status == "pending"
+    kept = event.error.removeprefix("handler exited 4: ").splitlines()
+    assert kept == lines[-len(kept):]  # the last lines, none cut in the middle
+    assert 50 < len(kept) < 1000 and len(event.error) < 5000  # bounded, not the whole stream
+
+
+def test_a_single_overlong_stderr_line_keeps_its_end(cli, handler, inbox):
     ingest(cli, "m1")
     result = cli("run", "--", *handler, "--exit", "4", "--stderr", "x" * 10_000 + "END",
                  now=T0)
     assert result.code == 1
-    assert "generation 1: 1 event(s) (1) failed" in result.out
     event = inbox().find("chat", "m1")
-    assert event.status == "pending"
-    assert event.error.startswith("handler exited 4: xxx") and event.error.endswith("END")
-    assert len(event.error) < 5000  # bounded tail, not the whole stream
+    assert event.error.startswith("handler exited 4: …xxx") and event.error.endswith("END")
+    assert len(event.error) < 5000
 
 
 def test_a_handler_that_overruns_its_timeout_is_stopped(cli, handler, tmp_path, inbox):

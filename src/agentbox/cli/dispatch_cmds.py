@@ -70,7 +70,7 @@ def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str]
 
     try:
         result = run_child(argv, dispatch.body.encode("utf-8"), _sender_env(sess, dispatch),
-                           timeout)
+                           timeout, label="sender")
     except CommandNotStarted as exc:
         return "failed", str(exc), _settle(store, sess, dispatch, "failed", str(exc))
     except BaseException:
