@@ -82,7 +82,7 @@ def test_a_data_folder_that_cannot_be_made_is_one_clear_line(
 def test_systemd_json_lists_the_units_it_wrote(cli: Cli, tmp_path: Path) -> None:
     result = cli("systemd", "--json", "--dir", str(tmp_path), "--", "/bin/true")
     assert result.code == 0, result.err
-    units = json.loads(result.out)
+    units = json.loads(result.out)["units"]
     assert {Path(u["path"]).name for u in units} == {u["name"] for u in units}
     assert all((tmp_path / u["name"]).read_text() == u["text"] for u in units)
     assert {Path(u["name"]).suffix for u in units} == {".service", ".timer"}

@@ -1,6 +1,27 @@
-"""systemd: a service and timer pair that runs `agentbox run` on a schedule."""
+"""systemd: user units that keep one user's agent running.
+
+Two ways to run `agentbox run` and `agentbox dispatch`: a oneshot service per
+command fired by a timer (the default), or, with ``--watch``, long-running
+services that restart on failure. ``--serve`` adds a service for the webhook
+receiver. Every unit is meant for the per-user manager (``systemctl --user``),
+so none names a system-only target such as network-online.target.
+
+Stopping: ``KillMode=mixed`` sends SIGTERM to agentbox alone, which stops its
+handler's or sender's process group itself, gives the claimed events back and
+exits; whatever is left in the unit's cgroup after that (a process that left
+the group on purpose) gets SIGKILL. ``TimeoutStopSec`` leaves room for that.
+
+Missed ticks: ``Persistent=`` only acts on ``OnCalendar=`` timers, which
+cannot say "every 90s", so the timers are monotonic: ``OnBootSec=`` elapses
+at once when it is already past as the timer starts (after boot, at login,
+at ``enable --now``), and each run drains everything due, agentbox's own
+timers catching up by their own rule. One run after downtime stands for all
+the ticks that were missed.
+"""
 
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,23 +31,157 @@ from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import command_flag, duration_flag
 from agentbox.cli.run_cmd import HandlerArgv, HandlerOption
 
+DEFAULT_EVERY = "1m"
+DEFAULT_LISTEN = "127.0.0.1:8787"
+# agentbox needs up to process.STOP_GRACE (5 s) to stop its child, then a few
+# transactions to give the events back; systemd SIGKILLs what is left after this.
+STOP_TIMEOUT = "30s"
+RESTART_DELAY = "5s"
+# 75: the lease is held elsewhere or the database stayed busy; the next tick retries.
+# 143: stopped by SIGTERM (systemctl stop) after a clean stop, which is no failure.
+ONESHOT_SUCCESS = "75 143"
+
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                    "@%+=:,./-_$")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
-def systemd_quote(word: str) -> str:
-    """One argument as systemd's ExecStart= parses it: specifiers and variables escaped,
-    quoted when it holds anything but plain characters."""
-    escaped = word.replace("%", "%%").replace("$", "$$")
+def _c_escaped(text: str) -> str:
+    """``text`` inside double quotes: backslash, quote and control characters escaped."""
+    return "".join(_ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7f
+                                       else c) for c in text)
+
+
+def systemd_quote(word: str, program: bool = False) -> str:
+    """One word as systemd's ExecStart= parses it: specifiers and variables escaped,
+    quoted when it holds anything but plain characters.
+
+    The ``program`` (the first word) is never searched for variables, so its
+    ``$`` stays single there.
+    """
+    escaped = word.replace("%", "%%")
+    if not program:
+        escaped = escaped.replace("$", "$$")
     if escaped and set(escaped) <= _PLAIN:
         return escaped
-    inner = escaped.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{inner}"'
+    return f'"{_c_escaped(escaped)}"'
+
+
+def exec_line(argv: list[str]) -> str:
+    """The value of ExecStart= that runs exactly ``argv``."""
+    return " ".join(systemd_quote(word, program=n == 0) for n, word in enumerate(argv))
+
+
+def environment_item(name: str, value: str) -> str:
+    """One ``Environment=`` assignment: quoted, specifiers escaped (``$`` is literal there)."""
+    return f'"{_c_escaped(f"{name}={value}".replace("%", "%%"))}"'
+
+
+def systemd_path(path: str, flag: str) -> str:
+    """A path for WorkingDirectory= or EnvironmentFile=, which take it raw, unquoted.
+
+    Only specifiers are escaped. What such a setting cannot carry (control
+    characters, whitespace at either end, a trailing backslash, which would
+    join the next line) is refused with a usage error naming ``flag``.
+    """
+    from agentbox.errors import UsageError
+
+    if (path != path.strip() or path.endswith("\\")
+            or any(ord(c) < 0x20 or ord(c) == 0x7f for c in path)):
+        raise UsageError(f"{flag}: systemd cannot name the path {path!r} in a unit file "
+                         "(control characters, surrounding spaces or a trailing backslash)")
+    return path.replace("%", "%%")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the units depend on, gathered by the command."""
+
+    user: str
+    agentbox: list[str]  # how to start agentbox, with --user (and --db)
+    workdir: str
+    home: str | None = None  # AGENTBOX_HOME, carried when set
+    env_file: str | None = None
+    every: int | None = None  # None: long-running --watch services
+    handler: list[str] | None = None  # None: the `handler` setting, read at each run
+    sender: list[str] | None = None  # None: the `sender` setting, read at each dispatch
+    listen: str | None = None  # a serve unit on this address
+
+    def name(self, command: str) -> str:
+        return f"agentbox-{self.user}-{command}"
+
+    def enable(self) -> list[str]:
+        """The units to enable: the timers, or the long-running services."""
+        kind = "service" if self.every is None else "timer"
+        names = [f"{self.name(c)}.{kind}" for c in ("run", "dispatch")]
+        return names + ([f"{self.name('serve')}.service"] if self.listen else [])
+
+
+def units(plan: Plan) -> dict[str, str]:
+    """The text of every unit file, by file name."""
+    from agentbox.durations import format_duration
+
+    watch = ["--watch"] if plan.every is None else []
+    commands = {
+        "run": ["run", *(watch or ["--until-empty"]),
+                *(["--", *plan.handler] if plan.handler else [])],
+        "dispatch": ["dispatch", *watch, *(["--", *plan.sender] if plan.sender else [])],
+    }
+    if plan.listen:
+        commands["serve"] = ["serve", "--listen", plan.listen]
+    texts: dict[str, str] = {}
+    for command, args in commands.items():
+        name = plan.name(command)
+        if command == "serve":
+            texts[f"{name}.service"] = _service(
+                plan, f"agentbox serve on {plan.listen} for {plan.user}",
+                [*plan.agentbox, *args], timed=False)
+        elif plan.every is None:
+            texts[f"{name}.service"] = _service(
+                plan, f"agentbox {command} --watch for {plan.user}", [*plan.agentbox, *args],
+                timed=False)
+        else:
+            every = format_duration(plan.every)
+            texts[f"{name}.service"] = _service(
+                plan, f"agentbox {command} for {plan.user}", [*plan.agentbox, *args],
+                timed=True)
+            texts[f"{name}.timer"] = _timer(
+                name, f"Start agentbox {command} for {plan.user} every {every}", every)
+    return texts
+
+
+def _service(plan: Plan, description: str, argv: list[str], timed: bool) -> str:
+    lines = ["[Unit]", f"Description={description}", "", "[Service]",
+             "Type=oneshot" if timed else "Type=exec",
+             "WorkingDirectory=" + systemd_path(plan.workdir, "the current folder")]
+    if plan.home is not None:
+        lines.append("Environment=" + environment_item("AGENTBOX_HOME", plan.home))
+    if plan.env_file is not None:
+        lines.append("EnvironmentFile=" + systemd_path(plan.env_file, "--env-file"))
+    lines += ["ExecStart=" + exec_line(argv),
+              "KillMode=mixed", f"TimeoutStopSec={STOP_TIMEOUT}"]
+    if timed:
+        lines.append(f"SuccessExitStatus={ONESHOT_SUCCESS}")
+    else:
+        lines += ["Restart=on-failure", f"RestartSec={RESTART_DELAY}",
+                  "", "[Install]", "WantedBy=default.target"]
+    return "\n".join(lines) + "\n"
+
+
+def _timer(name: str, description: str, every: str) -> str:
+    return "\n".join([
+        "[Unit]", f"Description={description}", "",
+        "[Timer]",
+        f"OnBootSec={every}",  # already past when the timer starts: elapses at once
+        f"OnUnitActiveSec={every}",
+        "AccuracySec=1s",
+        f"Unit={name}.service", "",
+        "[Install]", "WantedBy=timers.target",
+    ]) + "\n"
 
 
 def _agentbox_argv() -> list[str]:
     """How to start this very agentbox: its console script, else the interpreter."""
-    import os
     import sys
 
     script = Path(sys.argv[0])
@@ -35,115 +190,174 @@ def _agentbox_argv() -> list[str]:
     return [sys.executable, "-m", "agentbox"]
 
 
-def _absolute_program(argv: list[str]) -> list[str]:
-    """The handler's program as an absolute path: a unit has neither our cwd nor PATH."""
-    import os
+def _absolute_program(argv: list[str] | None) -> list[str] | None:
+    """The command's program as an absolute path: a unit has neither our cwd nor PATH."""
     import shutil
 
+    if not argv:
+        return None
     program = argv[0]
     found = os.path.abspath(program) if os.sep in program else shutil.which(program)
     return [found or program, *argv[1:]]
 
 
-def units(user: str, exec_argv: list[str], every: int, home: str | None,
-          workdir: str) -> dict[str, str]:
-    """The text of ``agentbox-USER.service`` and ``agentbox-USER.timer``."""
-    from agentbox.durations import format_duration
+def _listen_flag(value: str) -> str:
+    """HOST:PORT (an IPv6 host in brackets); a bad spelling is a usage error."""
+    from agentbox.errors import UsageError
 
-    name = f"agentbox-{user}"
-    spelled = format_duration(every)
-    service = [
-        "[Unit]",
-        f"Description=agentbox run for {user}",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        "WorkingDirectory=" + systemd_quote(workdir),
-        "ExecStart=" + " ".join(systemd_quote(w) for w in exec_argv),
-        # 75: the lease was held by another worker or was lost; the next tick retries.
-        "SuccessExitStatus=75",
-    ]
-    if home is not None:
-        service.append("Environment=" + systemd_quote(f"AGENTBOX_HOME={home}"))
-    timer = [
-        "[Unit]",
-        f"Description=Run agentbox for {user} every {spelled}",
-        "",
-        "[Timer]",
-        f"OnBootSec={spelled}",
-        f"OnUnitActiveSec={spelled}",
-        "AccuracySec=1s",
-        "Persistent=true",
-        f"Unit={name}.service",
-        "",
-        "[Install]",
-        "WantedBy=timers.target",
-    ]
-    return {f"{name}.service": "\n".join(service) + "\n",
-            f"{name}.timer": "\n".join(timer) + "\n"}
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
+            c.isspace() for c in value):
+        raise UsageError(f"--listen: expected HOST:PORT, e.g. {DEFAULT_LISTEN}, not {value!r}")
+    return value
+
+
+def _env_file_flag(path: Path) -> str:
+    """The env file's absolute path; a notice when others may read or change it."""
+    from agentbox import render
+    from agentbox.errors import UsageError
+
+    if any(c in str(path) for c in "*?["):
+        raise UsageError(f"--env-file: systemd would read {str(path)!r} as a wildcard; "
+                         "use a path without *, ? or [")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        render.notice(f"{path} can be read or changed by other users (mode {mode:03o}); "
+                      f"keep secrets private with `chmod 600 {path}`")
+    return str(path)
+
+
+def user_unit_dir() -> Path:
+    """Where the per-user manager looks for units: $XDG_CONFIG_HOME/systemd/user."""
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if os.path.isabs(config) else Path.home() / ".config"
+    return base / "systemd" / "user"
+
+
+EveryOption = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--every", metavar="DURATION", help=f"How often the timers fire (default {DEFAULT_EVERY}); "
+    "not with --watch.", show_default=False)]
+ViaOption = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--via", metavar="CMD", help="The sender for `agentbox dispatch`, split like a shell "
+    "would. Default: the `sender` setting, read at each dispatch.", show_default=False)]
 
 
 @app.command()
 def systemd(
     ctx: typer.Context,
     command: HandlerArgv = None,
-    every: Annotated[str, typer.Option(
-        "--every", metavar="DURATION", help="How often the timer fires `agentbox run`.")] = "1m",
     handler: HandlerOption = None,
+    via: ViaOption = None,
+    every: EveryOption = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Long-running `run --watch` and `dispatch --watch` services "
+        "(Restart=on-failure) instead of timers.")] = False,
+    serve: Annotated[bool, typer.Option(
+        "--serve", help="Also a service for `agentbox serve`, the webhook receiver.")] = False,
+    listen: Annotated[str, typer.Option(
+        "--listen", metavar="HOST:PORT", help="The address `agentbox serve` listens on "
+        "(with --serve).")] = DEFAULT_LISTEN,
+    env_file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--env-file", metavar="FILE", help="Environment variables for every unit "
+        "(API keys, secrets): EnvironmentFile=. Keep it chmod 600.", exists=True,
+        dir_okay=False, resolve_path=True, show_default=False)] = None,
+    install: Annotated[bool, typer.Option(
+        "--install", help="Write the units into the user unit folder "
+        "($XDG_CONFIG_HOME/systemd/user) and print the systemctl lines that start them.")
+    ] = False,
     directory: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--dir", metavar="DIR", help="Write the two unit files into DIR instead of printing them "
-        "(e.g. ~/.config/systemd/user).", file_okay=False, show_default=False)] = None,
+        "--dir", metavar="DIR", help="Write the unit files into DIR instead of printing them.",
+        file_okay=False, show_default=False)] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace unit files that exist with other contents.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Print a oneshot .service running `agentbox run --until-empty` and a .timer firing it."""
-    from agentbox import render
+    """Print (or install) systemd user units for `agentbox run` and `agentbox dispatch`.
 
-    interval = duration_flag("--every", every)
-    assert interval is not None
-    argv = command_flag("--handler", handler, command)
+    By default each runs as a oneshot service fired by a timer; with --watch
+    as a long-running service. With --install or --dir, a unit file that
+    exists with other contents is refused (exit 3) unless --force; one that
+    is already the same is left alone.
+    """
+    from agentbox import paths, render
+    from agentbox.errors import UsageError
+
+    if install and directory is not None:
+        raise UsageError("give --install or --dir, not both")
+    if watch and every is not None:
+        raise UsageError("--every sets the timers; --watch services run all the time")
+    interval = None if watch else duration_flag("--every", every or DEFAULT_EVERY)
+    handler_argv = command_flag("--handler", handler, command)
+    sender_argv = command_flag("--via", via, None)
     sess = session(ctx)
-    settings = sess.settings({"handler": argv})
+    settings = sess.settings({"handler": handler_argv})
     if not settings.handler:
-        render.notice("no handler is configured yet: the service will fail until you set "
+        render.notice("no handler is configured yet: the run service will fail until you set "
                       "one with `agentbox config set handler CMD`")
+    if not (sender_argv or settings.sender):
+        render.notice("no sender is configured yet: until you set one with `agentbox config "
+                      "set sender CMD` (or pass --via), the dispatch service writes each "
+                      "message to the journal and counts it as sent")
     exec_argv = [*_agentbox_argv(), "--user", sess.user]
     if sess.db_flag is not None:
         exec_argv += ["--db", sess.db_target]
-    exec_argv += ["run", "--until-empty"]
-    if argv:
-        exec_argv += ["--", *_absolute_program(argv)]
-    import os
-
-    from agentbox import paths
-
     home = paths.home()
-    texts = units(sess.user, exec_argv, interval, None if home is None else str(home.resolve()),
-                  os.getcwd())
-    if directory is not None:
-        _write(directory, texts)
+    plan = Plan(user=sess.user, agentbox=exec_argv, workdir=os.getcwd(),
+                home=None if home is None else str(home.resolve()),
+                env_file=None if env_file is None else _env_file_flag(env_file),
+                every=interval, handler=_absolute_program(handler_argv),
+                sender=_absolute_program(sender_argv),
+                listen=_listen_flag(listen) if serve else None)
+    texts = units(plan)
+    target = user_unit_dir() if install else directory
+    written = {} if target is None else _write(target, texts, force)
+    commands = ["systemctl --user daemon-reload",
+                "systemctl --user enable --now " + " ".join(plan.enable())]
     if as_json:
-        render.document([{"name": name, "text": text,
-                          "path": None if directory is None else str(directory / name)}
-                         for name, text in texts.items()])
-    elif directory is not None:
-        for name in texts:
-            render.line(str(directory / name))
-    else:
+        render.document({"units": [
+            {"name": name, "text": text,
+             "path": None if target is None else str(target / name),
+             "written": written.get(name)} for name, text in texts.items()],
+            "commands": commands})
+    elif target is None:
         for name, text in texts.items():
             render.line(f"# {name}")
             render.line(text)
+    else:
+        for name, status in written.items():
+            render.notice(f"{status} {target / name}")
+        for line in commands if install else [str(target / name) for name in texts]:
+            render.line(line)
 
 
-def _write(directory: Path, texts: dict[str, str]) -> None:
+def _write(directory: Path, texts: dict[str, str], force: bool) -> dict[str, str]:
+    """Write the units (all, or none when one would replace other contents without
+    ``force``); per file, "wrote", "replaced" or "unchanged"."""
     from agentbox import paths
-    from agentbox.errors import AgentboxError
+    from agentbox.errors import AgentboxError, NotAsAsked
 
+    status: dict[str, str] = {}
+    for name, text in texts.items():
+        path = directory / name
+        try:
+            old = path.read_text(encoding="utf-8") if path.exists() else None
+        except (OSError, UnicodeDecodeError):
+            old = ""
+        status[name] = "wrote" if old is None else "unchanged" if old == text else "replaced"
+    clashes = [str(directory / n) for n, s in status.items() if s == "replaced"]
+    if clashes and not force:
+        raise NotAsAsked(f"{len(clashes)} unit file(s) exist with other contents "
+                         f"({', '.join(clashes)}); nothing was written; pass --force to "
+                         "replace them")
     paths.private_dir(directory)
     for name, text in texts.items():
+        if status[name] == "unchanged":
+            continue
+        path = directory / name
         try:
-            (directory / name).write_text(text, encoding="utf-8")
+            temporary = path.with_name(f".{name}.tmp")
+            temporary.write_text(text, encoding="utf-8")
+            temporary.replace(path)
         except OSError as exc:
-            raise AgentboxError(f"cannot write {directory / name}: "
-                                f"{exc.strerror or exc}") from None
+            raise AgentboxError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return status
