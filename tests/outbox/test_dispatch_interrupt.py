@@ -12,8 +12,8 @@ from pathlib import Path
 
 T0 = 1_000_000
 
-# A sender that leaves a grandchild behind: the parent-death signal reaches
-# only the direct child, so only stopping the group ends the grandchild.
+# A sender that leaves a grandchild behind: only stopping the sender's whole
+# process group ends the grandchild.
 SENDER = "sleep 300 & echo $! > {pidfile}; wait"
 
 
