@@ -3,6 +3,12 @@
 Commands build plain data (dicts and lists) and hand it here; nothing else
 prints. rich is imported only when a table is drawn, so the commands that a
 webhook receiver calls once per delivery never pay for it.
+
+Human output is made safe for a terminal here, in one place: source ids,
+errors, payloads and a handler's stderr are other people's words, and a
+control character in them (``ESC ] 0 ;`` retitles the terminal, ``ESC [ 2 J``
+clears it) is shown as a backslash escape instead (see :func:`printable`).
+``--json`` documents and :func:`data` keep the exact text.
 """
 
 from __future__ import annotations
@@ -16,28 +22,67 @@ from typing import Any
 PROG = "agentbox"
 
 
+# Bidi embedding, override and isolate controls: they reorder what follows them
+# on the line, so a key could be shown as another one.
+_BIDI = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _unsafe(char: str) -> bool:
+    code = ord(char)
+    return (code < 0x20 or 0x7F <= code <= 0x9F  # C0, DEL, C1: what terminals act on
+            or 0xD800 <= code <= 0xDFFF  # a lone surrogate cannot even be written out
+            or char in _BIDI)
+
+
+def printable(text: str, newlines: bool = False) -> str:
+    """``text`` with every control character shown as a Python-style escape.
+
+    C0 and C1 controls, DEL, lone surrogates and the bidi controls become
+    ``\\x1b``, ``\\t``, ``\\u202e``...; ``newlines=True`` keeps ``\\n`` (a
+    table cell may hold several lines). A backslash stays itself, so the
+    escapes are for reading, not for parsing: machines use ``--json``.
+    """
+    if text.isprintable():  # no control, format, surrogate or odd space: nothing to do
+        return text
+    return "".join(_escape(c) if _unsafe(c) and not (newlines and c == "\n") else c
+                   for c in text)
+
+
 def document(obj: Any) -> None:
     """One JSON document on stdout (``--json``)."""
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 
-def line(text: str = "") -> None:
-    """A plain line of data on stdout."""
+def data(text: str) -> None:
+    """Text for a pipe, exactly as it is (a message body, a unit file), and a newline."""
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def line(text: str = "") -> None:
+    """One line for people on stdout; control characters (newlines too) escaped."""
+    data(printable(text))
 
 
 def error(message: str) -> None:
     """The one line a failed command leaves on stderr."""
     first = " ".join(message.split())  # never more than one line
-    sys.stderr.write(f"{PROG}: error: {first}\n")
+    sys.stderr.write(f"{PROG}: error: {printable(first)}\n")
     sys.stderr.flush()
 
 
 def notice(message: str) -> None:
     """Information for the person at the terminal, on stderr so pipes stay clean."""
-    sys.stderr.write(f"{PROG}: {message}\n")
+    sys.stderr.write(f"{PROG}: {printable(message)}\n")
     sys.stderr.flush()
 
 
@@ -56,7 +101,7 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return printable(str(value), newlines=True)
 
 
 def _console() -> Any:

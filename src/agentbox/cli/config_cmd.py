@@ -24,7 +24,7 @@ def config_path() -> None:
     """Print where config.toml lives."""
     from agentbox import paths, render
 
-    render.line(str(paths.config_path()))
+    render.data(str(paths.config_path()))
 
 
 @config_app.command("show")

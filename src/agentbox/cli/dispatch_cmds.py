@@ -61,7 +61,7 @@ def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str]
             if as_json:
                 render.document(_claim_doc(dispatch, "sent", None, printed=True))
             else:
-                render.line(dispatch.body)
+                render.data(dispatch.body)
         except OSError as exc:  # a closed pipe: the body went nowhere
             error = f"stdout closed: {exc.strerror or exc}"
             return "failed", error, _settle(store, sess, dispatch, "failed", error)

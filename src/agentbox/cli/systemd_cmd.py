@@ -322,12 +322,12 @@ def systemd(
     elif target is None:
         for name, text in texts.items():
             render.line(f"# {name}")
-            render.line(text)
+            render.data(text)
     else:
         for name, status in written.items():
             render.notice(f"{status} {target / name}")
         for line in commands if install else [str(target / name) for name in texts]:
-            render.line(line)
+            render.data(line)
 
 
 def _write(directory: Path, texts: dict[str, str], force: bool) -> dict[str, str]:
