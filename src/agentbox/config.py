@@ -15,14 +15,16 @@ shell would split them (no shell ever runs them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
-from collections.abc import Callable, Collection, Mapping
+import stat
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentbox.durations import parse_duration
-from agentbox.errors import AgentboxError, BadInput, UsageError
+from agentbox.errors import AgentboxError, BadInput, Busy, UsageError
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import DELIVERY_MODES
 
@@ -152,12 +154,7 @@ def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
 def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Settings:
     """The settings in force for ``user``: defaults < config < per-user config < flags."""
     doc = load(path)
-    users = doc.get("users", {})
-    if not isinstance(users, dict):
-        raise UsageError(f"{path}: [users] must be a table of per-user tables")
-    mine = users.get(user, {})
-    if not isinstance(mine, dict):
-        raise UsageError(f"{path}: [users.{user}] must be a table")
+    mine = _table(doc, path, user)
     values: dict[str, Any] = {}
     origins = {key: "default" for key in KEYS}
     for layer, origin in ((_layer(doc, str(path)), "config"),
@@ -171,18 +168,16 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
 
 
 _TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database"})  # never stored as numbers
+LOCK_WAIT = 10.0  # seconds a writer waits for another one before giving up (exit 75)
 
 
 def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     """Write one setting (for ``user``, or for everyone when None); returns the stored value.
 
-    The value is checked, and the existing file read, before anything is
-    written; the new file replaces the old one in a single rename.
+    The value is checked before anything is read or written; the change is
+    made under the config lock (see :func:`_rewrite`), so concurrent writers
+    never lose each other's changes.
     """
-    import tomli_w
-
-    from agentbox.paths import private_dir
-
     if key not in KEYS:
         raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
@@ -193,25 +188,111 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
         raise UsageError(f"{key}: {exc}") from None
     except UnicodeEncodeError:
         raise UsageError(f"{key}: the value is not valid UTF-8") from None
-    doc = load(path)
-    table = doc
-    if user is not None:
-        users = doc.setdefault("users", {})
-        if not isinstance(users, dict) or not isinstance(users.setdefault(user, {}), dict):
-            raise UsageError(f"{path}: [users.{user}] must be a table")
-        table = users[user]
-    table[key] = value
+
+    def change(doc: dict[str, Any]) -> bool:
+        _table(doc, path, user, make=True)[key] = value
+        return True
+
+    _rewrite(path, change)
+    return value
+
+
+def _table(doc: dict[str, Any], path: Path, user: str | None,
+           make: bool = False) -> dict[str, Any]:
+    """The top level of ``doc`` (``user`` None) or that user's table, made if asked."""
+    if user is None:
+        return doc
+    users = doc.setdefault("users", {}) if make else doc.get("users", {})
+    if not isinstance(users, dict):
+        raise UsageError(f"{path}: [users] must be a table of per-user tables")
+    mine = users.setdefault(user, {}) if make else users.get(user, {})
+    if not isinstance(mine, dict):
+        raise UsageError(f"{path}: [users.{user}] must be a table")
+    return mine
+
+
+def _rewrite(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
+    """Read config.toml, apply ``change`` and replace the file, as one step.
+
+    Writers take an exclusive ``flock`` on a lock file beside the config
+    (``.config.toml.lock``, left in place: removing a lock file races with
+    the next writer) and read the file only once they hold it, so a second
+    writer sees the first one's change. The new text goes to a temporary file
+    in the same folder, is fsynced and renamed over the old one, so a crash
+    leaves the old file or the new one, never half of either; the file keeps
+    its mode. A config.toml that is a symlink (a dotfiles checkout) is
+    rewritten where it points. ``change`` returns False to write nothing.
+    """
+    from agentbox.paths import private_dir
+
     private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    target = Path(os.path.realpath(path))
+    with _locked(target.with_name(f".{target.name}.lock")):
+        doc = load(target)
+        if change(doc):
+            _replace(target, doc)
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock``; another writer is waited for up to LOCK_WAIT."""
+    import fcntl
+    import time
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise AgentboxError(f"{lock}: cannot lock the config: {exc.strerror or exc}") from None
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Busy(f"{lock}: another `agentbox config` is still changing the "
+                               f"config after {LOCK_WAIT:g}s; try again") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _replace(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to a temporary file beside ``path``, fsync it, rename it over ``path``."""
+    import tempfile
+
+    import tomli_w
+
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o600
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), mode)
                 tomli_w.dump(doc, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            Path(tmp).unlink(missing_ok=True)
             raise
+        _fsync_dir(path.parent)
     except OSError as exc:  # a read-only or full disk: say so, leave the old file whole
         raise AgentboxError(f"{path}: cannot write config: {exc.strerror or exc}") from None
-    return value
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

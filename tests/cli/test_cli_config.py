@@ -73,7 +73,8 @@ def test_set_for_the_user_and_for_everyone(cli: Cli, home: Path) -> None:
     assert bob["lease_ttl"]["origin"] == "default" and bob["max_attempts"]["value"] == 5
     assert stat.S_IMODE((home / "config.toml").stat().st_mode) == 0o600
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
-    assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # no temp file left
+    # no temp file left; the lock file stays (removing it would race the next writer)
+    assert sorted(p.name for p in home.iterdir()) == [".config.toml.lock", "config.toml"]
 
 
 def test_set_human_output(cli: Cli, home: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import tomllib
 from pathlib import Path
@@ -84,7 +85,7 @@ def test_set_value_types_and_scopes(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
-    assert [p.name for p in path.parent.iterdir()] == ["config.toml"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [".config.toml.lock", "config.toml"]
 
 
 def test_set_value_refuses_before_writing(tmp_path: Path) -> None:
@@ -107,3 +108,46 @@ def test_set_value_refuses_a_users_entry_that_is_not_a_table(tmp_path: Path) -> 
 ])
 def test_parse_command(raw: str | list[str], argv: list[str]) -> None:
     assert config.parse_command(raw) == argv
+
+
+def _hold_lock(path: Path) -> int:
+    """Take the config lock the way another writer would; returns the descriptor."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_writer_holding_the_lock_is_waited_for_then_busy(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    from agentbox.errors import Busy
+
+    path = tmp_path / "cfg" / "config.toml"
+    monkeypatch.setattr(config, "LOCK_WAIT", 0.3)
+    fd = _hold_lock(path)
+    try:
+        with pytest.raises(Busy, match="another `agentbox config`"):
+            config.set_value(path, "max_batch", "5", None)
+        assert not path.exists()
+    finally:
+        os.close(fd)
+    assert config.set_value(path, "max_batch", "5", None) == 5
+    assert stat.S_IMODE(path.with_name(".config.toml.lock").stat().st_mode) == 0o600
+
+
+def test_a_symlinked_config_is_rewritten_where_it_points(tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "agentbox.toml"
+    real.parent.mkdir()
+    real.write_text("max_attempts = 4\n")
+    real.chmod(0o644)
+    path = tmp_path / "cfg" / "config.toml"
+    path.parent.mkdir()
+    path.symlink_to(real)
+    config.set_value(path, "max_batch", "9", "alice")
+    assert path.is_symlink()
+    assert tomllib.loads(real.read_text()) == {"max_attempts": 4,
+                                               "users": {"alice": {"max_batch": 9}}}
+    assert stat.S_IMODE(real.stat().st_mode) == 0o644
