@@ -107,6 +107,20 @@ class Settings(NamedTuple):
     database: str | None
     origins: dict[str, str]  # key -> "default" | "config" | "config [users.NAME]" | "flag"
 
+    def value(self, key: str) -> Any:
+        """The value in force for one of :data:`KEYS`."""
+        return (getattr(self, key) if key in ("handler", "sender", "database")
+                else getattr(self.policy, key))
+
+
+class Lookup(NamedTuple):
+    """One setting for one user: what is in force, where from, and as written."""
+
+    key: str
+    value: Any
+    origin: str
+    written: Any  # the value as config.toml spells it ("30m"); None when the default stands
+
 
 def load(path: Path) -> dict[str, Any]:
     try:
@@ -153,7 +167,11 @@ def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Settings:
     """The settings in force for ``user``: defaults < config < per-user config < flags."""
-    doc = load(path)
+    return _resolve(load(path), path, user, flags)
+
+
+def _resolve(doc: dict[str, Any], path: Path, user: str,
+             flags: Mapping[str, Any] | None = None) -> Settings:
     mine = _table(doc, path, user)
     values: dict[str, Any] = {}
     origins = {key: "default" for key in KEYS}
@@ -167,6 +185,54 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
                     origins)
 
 
+def _known(key: str) -> None:
+    if key not in KEYS:
+        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
+
+
+def get_value(path: Path, key: str, user: str) -> Lookup:
+    """The value of ``key`` in force for ``user``, the layer it comes from, and as written.
+
+    Flags do not enter: this is what a command given no flag would use.
+    """
+    _known(key)
+    doc = load(path)
+    settings = _resolve(doc, path, user)
+    origin = settings.origins[key]
+    table = _table(doc, path, user) if origin.startswith("config [") else doc
+    return Lookup(key, settings.value(key), origin, table.get(key) if origin != "default"
+                  else None)
+
+
+def unset_value(path: Path, key: str, user: str | None) -> bool:
+    """Remove ``key`` from ``user``'s table (the top level when None); False if it was not set.
+
+    Scoped like :func:`set_value`, and made under the same lock. Removing a
+    key that is not set is not an error (a script may unset to be sure). A
+    key agentbox does not know can be removed where it stands, so a typo in
+    config.toml can be repaired with the command; elsewhere it is refused.
+    A user's table left empty is removed with it. No config file: nothing
+    is made.
+    """
+
+    def change(doc: dict[str, Any]) -> bool:
+        table = _table(doc, path, user)
+        if key not in table:
+            _known(key)
+            return False
+        del table[key]
+        if user is not None and not table:
+            del doc["users"][user]
+            if not doc["users"]:
+                del doc["users"]
+        return True
+
+    if not os.path.lexists(path):
+        _known(key)
+        return False
+    return _rewrite(path, change)
+
+
 _TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database"})  # never stored as numbers
 LOCK_WAIT = 10.0  # seconds a writer waits for another one before giving up (exit 75)
 
@@ -178,8 +244,7 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     made under the config lock (see :func:`_rewrite`), so concurrent writers
     never lose each other's changes.
     """
-    if key not in KEYS:
-        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
+    _known(key)
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     try:
         KEYS[key].parse(value)
@@ -211,7 +276,7 @@ def _table(doc: dict[str, Any], path: Path, user: str | None,
     return mine
 
 
-def _rewrite(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
+def _rewrite(path: Path, change: Callable[[dict[str, Any]], bool]) -> bool:
     """Read config.toml, apply ``change`` and replace the file, as one step.
 
     Writers take an exclusive ``flock`` on a lock file beside the config
@@ -221,7 +286,8 @@ def _rewrite(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
     in the same folder, is fsynced and renamed over the old one, so a crash
     leaves the old file or the new one, never half of either; the file keeps
     its mode. A config.toml that is a symlink (a dotfiles checkout) is
-    rewritten where it points. ``change`` returns False to write nothing.
+    rewritten where it points. ``change`` returns False to write nothing;
+    its answer is returned.
     """
     from agentbox.paths import private_dir
 
@@ -229,8 +295,10 @@ def _rewrite(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
     target = Path(os.path.realpath(path))
     with _locked(target.with_name(f".{target.name}.lock")):
         doc = load(target)
-        if change(doc):
+        changed = change(doc)
+        if changed:
             _replace(target, doc)
+        return changed
 
 
 @contextlib.contextmanager

@@ -22,6 +22,30 @@ ROUNDS = 3
 TOP_KEYS = ("max_batch", "lease_ttl", "outbox_gap", "max_payload")
 
 
+def together(home: Path, commands: list[list[str]]) -> None:
+    """Start one `agentbox` process per command, release them at once, all must exit 0."""
+    go = home / "go"
+    # Every process waits for the same file, so they really start together.
+    starter = ("import os, runpy, sys, time\n"
+               f"while not os.path.exists({str(go)!r}): time.sleep(0.002)\n"
+               "sys.argv = ['agentbox', *sys.argv[1:]]\n"
+               "runpy.run_module('agentbox', run_name='__main__')\n")
+    procs = [subprocess.Popen([sys.executable, "-c", starter, *argv], env=proc_env(home),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in commands]
+    go.touch()
+    for argv, proc in zip(commands, procs, strict=True):
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (argv, err)
+    go.unlink()
+
+
+def assert_tidy(home: Path) -> None:
+    """No temporary file is left; the lock file stays, private."""
+    assert sorted(p.name for p in home.iterdir()) == [".config.toml.lock", "config.toml"]
+    assert stat.S_IMODE((home / ".config.toml.lock").stat().st_mode) == 0o600
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_parallel_config_set_keeps_every_write(home: Path, round_: int) -> None:
@@ -29,34 +53,36 @@ def test_parallel_config_set_keeps_every_write(home: Path, round_: int) -> None:
     path = home / "config.toml"
     path.write_text("max_attempts = 4\n")
     path.chmod(0o640)  # the operator's own choice of mode survives the rewrites
-    env = proc_env(home)
-    go = home / "go"
-    # Every process waits for the same file, so they really start together.
-    starter = ("import os, runpy, sys, time\n"
-               f"while not os.path.exists({str(go)!r}): time.sleep(0.002)\n"
-               "sys.argv = ['agentbox', *sys.argv[1:]]\n"
-               "runpy.run_module('agentbox', run_name='__main__')\n")
-    procs = []
+    expected: dict[tuple[str | None, str], int] = {}
+    commands = []
     for n in range(WRITERS):
-        if n % 4:  # a user's own table: two keys in each of twelve tables
-            key, scope = ("max_batch", "lease_ttl")[n % 2], ["--user", f"user{n}"]
+        if n % 4:  # twelve users' own tables
+            user, key = f"user{n}", ("max_batch", "lease_ttl")[n % 2]
+            commands.append(["--user", user, "config", "set", key, str(1000 + n)])
         else:  # the top level: four distinct keys, so none overwrites another
-            key, scope = TOP_KEYS[n // 4], []
-        args = [*scope, "config", "set", key, str(1000 + n), *([] if scope else ["--all-users"])]
-        procs.append((n, key, subprocess.Popen(
-            [sys.executable, "-c", starter, *args], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)))
-    go.touch()
-    for n, _, proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, (n, err)
+            user, key = None, TOP_KEYS[n // 4]
+            commands.append(["config", "set", key, str(1000 + n), "--all-users"])
+        expected[user, key] = 1000 + n
+    together(home, commands)
     doc = tomllib.loads(path.read_text())
     assert doc["max_attempts"] == 4
-    for n, key, _ in procs:
-        table = doc["users"][f"user{n}"] if n % 4 else doc
-        assert table.get(key) == 1000 + n, (n, key, doc)
+    for (user, key), value in expected.items():
+        table = doc if user is None else doc["users"][user]
+        assert table.get(key) == value, (user, key, doc)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    leftovers = sorted(p.name for p in home.iterdir()
-                       if p.name not in ("config.toml", "go", ".config.toml.lock"))
-    assert leftovers == []
-    assert stat.S_IMODE((home / ".config.toml.lock").stat().st_mode) == 0o600
+    assert_tidy(home)
+
+
+@pytest.mark.slow
+def test_parallel_set_and_unset_keep_every_change(home: Path) -> None:
+    home.mkdir(parents=True)
+    path = home / "config.toml"
+    path.write_text("".join(f"[users.user{n}]\nmax_attempts = {n + 1}\n"
+                            for n in range(WRITERS)))
+    together(home, [["--user", f"user{n}", "config", "unset", "max_attempts"] if n % 2
+                    else ["--user", f"user{n}", "config", "set", "max_batch", str(n + 1)]
+                    for n in range(WRITERS)])
+    users = tomllib.loads(path.read_text())["users"]
+    assert users == {f"user{n}": {"max_attempts": n + 1, "max_batch": n + 1}
+                     for n in range(0, WRITERS, 2)}
+    assert_tidy(home)

@@ -1,7 +1,7 @@
-"""config [show] | set | path."""
+"""config [show] | get | set | unset | path."""
 
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,19 +38,58 @@ def _show(ctx: typer.Context, as_json: bool) -> None:
     from agentbox.config import KEYS
 
     settings = session(ctx).settings()
-    values = {**settings.policy._asdict(), "handler": settings.handler, "sender": settings.sender}
-    rows = [{"key": key, "value": values.get(key), "origin": settings.origins[key],
+    rows = [{"key": key, "value": settings.value(key), "origin": settings.origins[key],
              "help": KEYS[key].help} for key in KEYS]
     render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings")
+
+
+KeyArg = Annotated[str, typer.Argument(help="A setting name (see `config show`).")]
+
+
+def _shown(value: Any) -> str:
+    """A setting's value for people: a command as the shell would write it."""
+    import shlex
+
+    if value is None:
+        return "-"
+    return shlex.join(value) if isinstance(value, list) else str(value)
+
+
+@config_app.command("get")
+def config_get(ctx: typer.Context, key: KeyArg, as_json: JsonFlag = False) -> None:
+    """The value of one setting in force for this user, and where it comes from.
+
+    The origin is `default`, `config` (the top level of config.toml) or
+    `config [users.NAME]` (this user's table); JSON adds the value as written.
+    """
+    import json
+
+    from agentbox import config, paths, render
+
+    sess = session(ctx)
+    path = paths.config_path()
+    found = config.get_value(path, key, sess.user)
+    if as_json:
+        render.document({"key": key, "value": found.value, "origin": found.origin,
+                         "written": found.written, "user": sess.user, "path": str(path)})
+        return
+    shown = _shown(found.value)
+    where = "default" if found.origin == "default" else f"from {found.origin}"
+    if found.written is not None and _shown(found.written) != shown:
+        where += f", written {json.dumps(found.written, ensure_ascii=False)}"
+    render.line(f"{key} = {shown}  ({where})")
+
+
+AllUsersFlag = Annotated[bool, typer.Option(
+    "--all-users", help="Change the default for every user instead of this user's table.")]
 
 
 @config_app.command("set")
 def config_set(
     ctx: typer.Context,
-    key: Annotated[str, typer.Argument(help="A setting name (see `config show`).")],
+    key: KeyArg,
     value: Annotated[str, typer.Argument(help="Its new value.")],
-    all_users: Annotated[bool, typer.Option(
-        "--all-users", help="Set the default for every user instead of this user only.")] = False,
+    all_users: AllUsersFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Write one setting into config.toml (this user's table unless --all-users).
@@ -68,3 +107,37 @@ def config_set(
         return
     scope = "all users" if user is None else f"user {user}"
     render.line(f"{key} = {stored!r} for {scope} in {path}")
+
+
+@config_app.command("unset")
+def config_unset(ctx: typer.Context, key: KeyArg, all_users: AllUsersFlag = False,
+                 as_json: JsonFlag = False) -> None:
+    """Remove one setting from config.toml (this user's table unless --all-users).
+
+    Exit 0 also when it was not set there. Prints what is in force for this
+    user afterwards.
+    """
+    from agentbox import config, paths, render
+    from agentbox.errors import UsageError
+
+    sess = session(ctx)
+    user = None if all_users else sess.user
+    path = paths.config_path()
+    removed = config.unset_value(path, key, user)
+    now: config.Lookup | None = None
+    if key in config.KEYS:
+        try:
+            now = config.get_value(path, key, sess.user)
+        except UsageError:  # another part of the file is still broken: the unset stands
+            now = None
+    if as_json:
+        render.document({"key": key, "removed": removed, "user": user, "path": str(path),
+                         "value": None if now is None else now.value,
+                         "origin": None if now is None else now.origin})
+        return
+    scope = "all users" if user is None else f"user {user}"
+    text = (f"{key} removed for {scope} in {path}" if removed
+            else f"{key} was not set for {scope} in {path}")
+    if now is not None:
+        text += f"; in force for {sess.user} now: {_shown(now.value)} ({now.origin})"
+    render.line(text)
