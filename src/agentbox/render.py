@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -87,11 +87,16 @@ def notice(message: str) -> None:
 
 
 def when(ts: int | None) -> str:
-    """A Unix time for people: UTC, to the second."""
+    """A Unix time for people, in every message and table: ISO 8601 in UTC.
+
+    ``2023-11-14T22:13:20Z``: the same text on every machine and in every
+    log whatever its time zone, and accepted back as it is by ``--at`` and
+    ``--start``. JSON carries the Unix seconds.
+    """
     if ts is None:
         return "-"
     try:
-        return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
         return str(ts)
 
@@ -116,40 +121,113 @@ def _console() -> Any:
 
 
 def _grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None,
-          cell: Callable[[Any], Any]) -> Any:
+          cell: Callable[[Any], Any], text: Collection[str] = ()) -> Any:
+    """A bordered table: ``text`` columns wrap, the others stay whole on one line."""
     from rich.table import Table
 
     grid = Table(title=title, title_justify="left", header_style="bold")
     for column in columns:
-        grid.add_column(column, overflow="fold")
+        grid.add_column(column, overflow="fold", no_wrap=column not in text)
     for row in rows:
         grid.add_row(*(cell(v) for v in row))
     return grid
 
 
+MIN_TEXT = 16  # narrowest a free-text column may get before it moves under its row
+GAP = 2  # spaces between the columns of the narrow layout
+
+
+def _width(value: str) -> int:
+    from rich.cells import cell_len
+
+    return max(cell_len(part) for part in value.split("\n"))
+
+
+def _fits(width: int, columns: Sequence[str], rows: Sequence[Sequence[str]],
+          text: Collection[str]) -> bool:
+    """Whether a bordered table keeps every whole column whole and each text column
+    at least MIN_TEXT wide (or as wide as its widest cell) within ``width``."""
+    need = 3 * len(columns) + 1  # borders and padding
+    for n, column in enumerate(columns):
+        widest = max(_width(v) for v in (column, *(row[n] for row in rows)))
+        need += min(widest, MIN_TEXT) if column in text else widest
+    return need <= width
+
+
+def _stacked(width: int, columns: Sequence[str], rows: Sequence[Sequence[str]],
+             title: str | None, text: Collection[str]) -> Any:
+    """The narrow layout: one aligned line per row holding the whole columns, from
+    the left, that fit in ``width``; under it, indented, each remaining column as
+    ``name: value`` (free text wrapped to the full width; ``-`` left out)."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    widths: dict[int, int] = {}
+    used = -GAP
+    for n, column in enumerate(columns):
+        if column in text:
+            continue
+        widest = max(_width(v) for v in (column, *(row[n] for row in rows)))
+        if widths and used + GAP + widest > width:
+            break  # this column and every whole one after it go under the row
+        widths[n] = widest
+        used += GAP + widest
+    under = [n for n in range(len(columns)) if n not in widths]
+
+    def strip(values: Sequence[str], style: str = "") -> Any:
+        grid = Table(box=None, show_header=False, padding=(0, GAP, 0, 0), pad_edge=False)
+        for size in widths.values():
+            grid.add_column(width=size, no_wrap=True, overflow="fold", style=style)
+        grid.add_row(*values)
+        return grid
+
+    parts: list[Any] = [Text(title)] if title else []
+    parts.append(strip([columns[n] for n in widths], "bold"))
+    for row in rows:
+        parts.append(strip([row[n] for n in widths]))
+        parts.extend(Padding(Text(f"{columns[n]}: {row[n]}"), (0, 0, 0, 4), expand=False)
+                     for n in under if row[n] != "-")
+    return Group(*parts)
+
+
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
-          empty: str = "nothing to show", console: Any = None) -> None:
-    """A rich table on stdout; ``empty`` is said instead when there are no rows."""
+          empty: str = "nothing to show", text: Collection[str] = ()) -> None:
+    """A table on stdout; ``empty`` is said instead when there are no rows.
+
+    Columns not named in ``text`` (ids, keys, states, times) are never split:
+    they are what an operator copies into the next command. ``text`` columns
+    (errors, bodies, payloads) wrap; when the whole columns leave them less
+    than MIN_TEXT cells (an 80-column terminal, a pipe, long delivery ids),
+    each row's free text goes on its own lines under the row instead.
+    """
     if not rows:
         line(f"{title}: {empty}" if title else empty)
         return
-    (console or _console()).print(_grid(columns, rows, title, _cell))
+    console = _console()
+    cells = [[_cell(v) for v in row] for row in rows]
+    if _fits(console.width, columns, cells, text):
+        console.print(_grid(columns, cells, title, str, text))
+    else:
+        console.print(_stacked(console.width, columns, cells, title, text))
 
 
 def records(items: Sequence[Mapping[str, Any]], columns: Sequence[str], as_json: bool,
             title: str | None = None, empty: str = "nothing to show",
-            human: Mapping[str, Any] | None = None) -> None:
+            human: Mapping[str, Any] | None = None, text: Collection[str] = ()) -> None:
     """A listing: a JSON list of objects, or a table of the named columns.
 
     ``human`` maps a column to a function that formats its value for people
-    (times, for instance); JSON always carries the raw values.
+    (times, for instance); JSON always carries the raw values. ``text`` names
+    the columns of free text (see :func:`table`).
     """
     if as_json:
         document(list(items))
         return
     shape = human or {}
     table(columns, [[shape[c](item.get(c)) if c in shape else item.get(c) for c in columns]
-                    for item in items], title=title, empty=empty)
+                    for item in items], title=title, empty=empty, text=text)
 
 
 def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
@@ -168,7 +246,7 @@ def checklist(columns: Sequence[str], rows: Sequence[Sequence[Any]],
               title: str | None = None) -> None:
     """A table with verdicts: a cell that is exactly True or False (a count of
     1 or 0 is not) is drawn as a green ✓ or a red ✗."""
-    _console().print(_grid(columns, rows, title, _verdict))
+    _console().print(_grid(columns, rows, title, _verdict, text=columns))
 
 
 def _verdict(value: Any) -> Any:

@@ -179,8 +179,10 @@ class Worker:
         held = self.store.lease()
         if held is None:
             return "the lease is held by another worker; try again later"
+        from agentbox.render import when
+
         return (f"the lease is held by another worker ({held.holder}, generation "
-                f"{held.generation}, until {held.until}); try again later")
+                f"{held.generation}, until {when(held.until)}); try again later")
 
     def _batch(self, generation: int, events: list[Event]) -> bytes:
         instance = self.store.instance_id()

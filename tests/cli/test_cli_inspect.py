@@ -59,17 +59,18 @@ def test_status_counts_lease_and_timer(cli: Cli, inbox: Path, make_dead: Any) ->
 
     human = cli("status", now=T0)
     assert human.code == 0
-    for needle in ("alice", "3 pending", "2 dead", "worker-9", "generation 2", "live",
-                   "nightly"):
+    for needle in ("alice", "3 pending", "2 dead", "held by worker-9", "generation 2",
+                   "until 1970-01-12T13:48:40Z", "nightly"):
         assert needle in human.out
 
 
-def test_status_shows_an_expired_lease_as_expired(cli: Cli, inbox: Path) -> None:
+def test_status_shows_an_expired_lease_as_free(cli: Cli, inbox: Path) -> None:
     from agentbox.backends.sqlite.store import SqliteStore
 
     with SqliteStore(inbox) as store:
         store.acquire("w", T0, 10)
-    assert "expired" in cli("status", now=T0 + 11).out
+    assert "held by w" in cli("status", now=T0 + 10).out
+    assert "free (released or expired)" in cli("status", now=T0 + 11).out
 
 
 def test_status_with_db_flag(cli: Cli, tmp_path: Path, home: Path) -> None:
@@ -202,3 +203,43 @@ def test_bad_explicit_user_is_refused_even_with_db(cli: Cli, tmp_path: Path, one
     monkeypatch.setenv("AGENTBOX_USER", "a b")
     assert cli("--db", str(db), "status", now=T0).code == 65
     assert not db.exists()
+
+
+def test_status_shows_a_released_lease_as_free(cli: Cli, inbox: Path, tmp_path: Path) -> None:
+    import sys
+
+    handler = tmp_path / "ok.py"
+    handler.write_text("import sys\nsys.stdin.read()\n")
+    assert cli("ingest", "s", "1", now=T0).code == 0
+    assert cli("run", "--", sys.executable, str(handler), now=T0).code == 0
+    out = cli("status", now=T0).out
+    assert "free (released or expired)" in out
+    assert "expired until" not in out and "last held by" in out
+    doc = status_doc(cli)
+    assert doc["lease"]["generation"] == 1  # JSON still tells the whole row
+
+
+def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, inbox: Path, tmp_path: Path,
+                                                  one_error: Any) -> None:
+    import sys
+
+    from agentbox.backends.sqlite.store import SqliteStore
+
+    with SqliteStore(inbox) as store:
+        assert store.acquire("other-host:42:abcd", T0, 120) == 1
+    result = cli("run", "--", sys.executable, "-c", "pass", now=T0 + 10)
+    assert result.code == 75
+    line = one_error(result.err)
+    assert "until 1970-01-12T13:48:40Z" in line, line
+    assert str(T0 + 120) not in line
+
+
+def test_bare_dead_takes_a_limit_like_dead_list(cli: Cli, inbox: Path, make_dead: Any) -> None:
+    ids = make_dead(inbox, ["x", "y", "z"], T0)
+    for argv in (["dead", "--limit", "2", "--json"], ["dead", "-n", "2", "--json"],
+                 ["dead", "list", "-n", "2", "--json"]):
+        result = cli(*argv)
+        assert result.code == 0, result.err
+        assert [r["id"] for r in json.loads(result.out)] == ids[:2]
+    assert cli("dead", "-n", "1").code == 0
+    assert cli("dead", "--limit", "0").code == 2

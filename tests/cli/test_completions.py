@@ -64,36 +64,66 @@ def test_zsh_script_is_a_compdef_file() -> None:
     assert (FOLDER / "_agentbox").read_text().startswith("#compdef agentbox\n")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-def test_bash_script_completes_commands_and_options(tmp_path: Path) -> None:
-    from agentbox.cli.app import COMMANDS
-
+def bash_complete(tmp_path: Path, cases: dict[str, list[str]]) -> dict[str, list[str]]:
+    """What the committed bash script offers for each case's words (the last one being
+    completed), asking the agentbox under test."""
     # agentbox on PATH is the one under test: a shim running this interpreter
     shim = tmp_path / "agentbox"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m agentbox "$@"\n')
     shim.chmod(0o755)
-    script = f"""
-source "{FOLDER / 'agentbox.bash'}"
-complete_words() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=();
-                    _agentbox_completion agentbox; printf '%s\\n' "${{COMPREPLY[@]}}"; }}
-echo '--commands'; complete_words agentbox ''
-echo '--de'; complete_words agentbox de
-echo '--ingest'; complete_words agentbox ingest --sig
-"""
+    script = FOLDER / "agentbox.bash"
+    lines = [f'source "{script}"',
+             'complete_words() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=();',
+             '  _agentbox_completion agentbox; printf \'%s\\n\' "${COMPREPLY[@]}"; }']
+    for name, words in cases.items():
+        quoted = " ".join(f"'{w}'" for w in ["agentbox", *words])
+        lines += [f"echo '--{name}'", f"complete_words {quoted}"]
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(["bash", "-c", "\n".join(lines)], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    sections: dict[str, list[str]] = {}
+    found: dict[str, list[str]] = {}
     current = ""
     for line in done.stdout.splitlines():
-        if line.startswith("--") and line[2:] in ("commands", "de", "ingest"):
+        if line.startswith("--") and line[2:] in cases:
             current = line[2:]
-            sections[current] = []
+            found[current] = []
         elif line:
-            sections[current].append(line)
+            found[current].append(line)
+    return found
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+@pytest.mark.slow
+@needs_bash
+def test_bash_script_completes_commands_and_options(tmp_path: Path) -> None:
+    from agentbox.cli.app import COMMANDS
+
+    sections = bash_complete(tmp_path, {"commands": [""], "de": ["de"],
+                                        "ingest": ["ingest", "--sig"]})
     assert {"ingest", "status", "dead", "replay", "config"} <= set(sections["commands"])
     assert set(COMMANDS) == set(sections["commands"])
     assert sections["de"] == ["dead"]
     assert sections["ingest"] == ["--signature"]
+
+
+CHOICES = {
+    "catch-up": (["schedule", "add", "t", "--every", "1h", "--catch-up", ""], ["coalesce", "each"]),
+    "mode": (["dispatch", "--mode", ""], ["at-least-once", "at-most-once"]),
+    "mode-prefix": (["dispatch", "--mode", "at-m"], ["at-most-once"]),
+    "answer": (["approve", "answer", "deploy-1", ""], ["no", "yes"]),
+    "config-get": (["config", "get", "max_"], ["max_attempts", "max_batch", "max_payload"]),
+    "config-set": (["config", "set", "deliv"], ["delivery"]),
+    "config-unset": (["config", "unset", "send"], ["send_timeout", "sender"]),
+}
+
+
+@pytest.mark.slow
+@needs_bash
+def test_bash_script_completes_fixed_choices(tmp_path: Path) -> None:
+    """Options and arguments with a fixed set of values complete those values."""
+    found = bash_complete(tmp_path, {name: words for name, (words, _) in CHOICES.items()})
+    assert {name: sorted(values) for name, values in found.items()} == {
+        name: expected for name, (_, expected) in CHOICES.items()}

@@ -58,7 +58,7 @@ def test_waiting_says_when_the_next_send_is_allowed(cli: Callable[..., Any],
     assert result.code == 0
     assert result.out == ""
     assert "1 message(s) held" in result.err
-    assert "1970-01-12 14:46:40Z (in 50m)" in result.err
+    assert "1970-01-12T14:46:40Z (in 50m)" in result.err
     doc = json.loads(cli("dispatch", "--gap", "1h", "--json", now=T + 10 * MINUTE).out)
     assert doc == {"outcome": "waiting", "held": 1, "next_send_at": T + 3600,
                    "in_flight": 0, "in_flight_until": None}
@@ -223,7 +223,7 @@ def test_outbox_list_columns_and_all(cli: Callable[..., Any], cli_queue: Queue,
     table = cli("outbox", "--all")
     for column in ("id", "state", "urgent", "dispatch_key", "created", "sent", "error"):
         assert column in table.out
-    assert "1970-01-12 13:46:41Z" in table.out
+    assert "1970-01-12T13:46:41Z" in table.out
     newest = cli("outbox", "--all", "--limit", "1")
     assert "13:46:41Z" in newest.out and "13:46:40Z" not in newest.out  # only the newest
 

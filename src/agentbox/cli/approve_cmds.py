@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import duration_flag
+from agentbox.cli.options import complete_answer, duration_flag
 
 approve_app = typer.Typer(help="Approvals: a request, then one answer or its expiry.",
                           no_args_is_help=True)
@@ -65,7 +65,8 @@ def approve_request(
 def approve_answer(
     ctx: typer.Context,
     request_id: RequestId,
-    reply: Annotated[str, typer.Argument(metavar="yes|no", help="The answer.")],
+    reply: Annotated[str, typer.Argument(metavar="yes|no", help="The answer.",
+                                         autocompletion=complete_answer)],
     as_json: JsonFlag = False,
 ) -> None:
     """Answer a request. Prints the outcome that stands: exit 0 when it is yours, 3 when
@@ -106,4 +107,4 @@ def approve_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     render.records(rows, ["id", "action", "outcome", "requested_at", "expires_at",
                           "answered_at"], as_json, title="approvals", empty="no approvals",
                    human={"requested_at": render.when, "expires_at": render.when,
-                          "answered_at": render.when})
+                          "answered_at": render.when}, text=["action"])

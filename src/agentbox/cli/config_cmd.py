@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
+from agentbox.cli.options import complete_setting
 
 config_app = typer.Typer(help="Show and change settings (config.toml).",
                          invoke_without_command=True)
@@ -40,10 +41,12 @@ def _show(ctx: typer.Context, as_json: bool) -> None:
     settings = session(ctx).settings()
     rows = [{"key": key, "value": settings.value(key), "origin": settings.origins[key],
              "help": KEYS[key].help} for key in KEYS]
-    render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings")
+    render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings",
+                   text=["value", "help"])
 
 
-KeyArg = Annotated[str, typer.Argument(help="A setting name (see `config show`).")]
+KeyArg = Annotated[str, typer.Argument(help="A setting name (see `config show`).",
+                                       autocompletion=complete_setting)]
 
 
 def _shown(value: Any) -> str:

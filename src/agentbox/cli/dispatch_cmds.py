@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import command_flag, duration_flag
+from agentbox.cli.options import command_flag, complete_delivery, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from agentbox.store import Store
 
 # The table; JSON objects carry these names and the message body too.
-LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "error"]
+LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "body", "error"]
+PREVIEW = 60  # characters of a body the table shows; `--json` has it whole
+
+
+def _preview(body: str) -> str:
+    """The start of a message body on one line, cut with an ellipsis."""
+    flat = " ".join(body.split())
+    return flat if len(flat) <= PREVIEW else flat[:PREVIEW - 1].rstrip() + "…"
 
 
 def _sender_env(sess: "Session", dispatch: "Dispatch") -> dict[str, str]:
@@ -161,7 +168,8 @@ def dispatch(
         "--via", help="The sender as one string, split like a shell would (no shell runs).",
         show_default=False)] = None,
     mode: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--mode", help="at-least-once or at-most-once: what an unknown outcome leads to "
+        "--mode", metavar="at-least-once|at-most-once", autocompletion=complete_delivery,
+        help="at-least-once or at-most-once: what an unknown outcome leads to "
         "(default: config `delivery`).", show_default=False)] = None,
     gap: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--gap", help="Minimum time between sends, e.g. 1h (default: config `outbox_gap`).",
@@ -226,7 +234,8 @@ def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json:
             for m in messages]
     render.records(rows, LIST_COLUMNS, as_json, title="outbox",
                    empty="no messages" if show_all else "nothing held, sending or uncertain",
-                   human={"created": render.when, "sent": render.when})
+                   human={"created": render.when, "sent": render.when, "body": _preview},
+                   text=["body", "error"])
 
 
 @outbox_app.callback()

@@ -216,11 +216,15 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         render.document(doc)
         return
     now = sess.now()
-    lease_text = "none"
-    if lease is not None:
-        live = "live" if lease.until >= now else "expired"
-        lease_text = (f"{lease.holder}, generation {lease.generation}, {live} until "
+    lease_text = "free (never taken)"
+    if lease is not None and lease.until >= now:
+        lease_text = (f"held by {lease.holder}, generation {lease.generation}, until "
                       f"{render.when(lease.until)}")
+    elif lease is not None:
+        # A release moves `until` into the past, so a released lease and an
+        # expired one look alike here; both are free to take.
+        lease_text = (f"free (released or expired), generation {lease.generation}; last "
+                      f"held by {lease.holder} until {render.when(lease.until)}")
     events = state.events
     render.pairs([
         ("user", doc["user"]),
@@ -252,23 +256,22 @@ def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
     rows = [event_doc(e) for e in session(ctx).store().dead(limit)]
     render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
                    as_json, title="dead events", empty="none",
-                   human={"updated_at": render.when})
+                   human={"updated_at": render.when}, text=["error"])
+
+
+DeadLimit = Annotated[Optional[int], typer.Option(  # noqa: UP045
+    "--limit", "-n", min=1, help="Show at most the oldest N.", show_default=False)]
 
 
 @dead_app.callback()
-def dead(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+def dead(ctx: typer.Context, limit: DeadLimit = None, as_json: JsonFlag = False) -> None:
     """List dead events (same as `dead list`)."""
     if ctx.invoked_subcommand is None:
-        _list_dead(ctx, as_json, None)
+        _list_dead(ctx, as_json, limit)
 
 
 @dead_app.command("list")
-def dead_list(
-    ctx: typer.Context,
-    limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        "--limit", "-n", min=1, help="Show at most N.", show_default=False)] = None,
-    as_json: JsonFlag = False,
-) -> None:
+def dead_list(ctx: typer.Context, limit: DeadLimit = None, as_json: JsonFlag = False) -> None:
     """List dead events, oldest first."""
     _list_dead(ctx, as_json, limit)
 
@@ -298,7 +301,7 @@ def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
                                          ensure_ascii=False))],
                  title=f"event {event.id}")
     render.records(story, ["at", "action", "generation", "detail"], False, title="history",
-                   human={"at": render.when})
+                   human={"at": render.when}, text=["detail"])
 
 
 @app.command()

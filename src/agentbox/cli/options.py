@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -44,3 +44,46 @@ def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[s
     if value is None:
         return None
     return _as_usage(name, lambda: parse_command(value))
+
+
+def offer(values: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
+    """Shell completion for a fixed set of values, looked up only when completing.
+
+    ``values`` imports what it needs when called, so a module declaring an
+    option with it loads nothing more for a normal run.
+    """
+
+    def complete(incomplete: str) -> list[str]:
+        return [value for value in values() if value.startswith(incomplete)]
+
+    return complete
+
+
+def _catch_up_modes() -> Iterable[str]:
+    from agentbox.rules.records import CATCH_UP_MODES
+
+    return CATCH_UP_MODES
+
+
+def _delivery_modes() -> Iterable[str]:
+    from agentbox.rules.records import DELIVERY_MODES
+
+    return DELIVERY_MODES
+
+
+def _answers() -> Iterable[str]:
+    from agentbox.rules.approvals import ANSWERS
+
+    return ANSWERS
+
+
+def _settings() -> Iterable[str]:
+    from agentbox.config import KEYS
+
+    return KEYS
+
+
+complete_catch_up = offer(_catch_up_modes)
+complete_delivery = offer(_delivery_modes)
+complete_answer = offer(_answers)
+complete_setting = offer(_settings)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import duration_flag, time_flag
+from agentbox.cli.options import complete_catch_up, duration_flag, time_flag
 
 if TYPE_CHECKING:
     from agentbox.rules.records import Timer
@@ -52,7 +52,7 @@ def schedule_add(
         "--payload", "-p", metavar="JSON", help="JSON object carried by every event (default {}).",
         show_default=False)] = None,
     catch_up: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--catch-up", metavar="coalesce|each",
+        "--catch-up", metavar="coalesce|each", autocompletion=complete_catch_up,
         help="Missed occurrences: 'coalesce' into one event (default) or "
         "'each' their own event, up to catch_up_limit.", show_default=False)] = None,
     replace: Annotated[bool, typer.Option(
@@ -109,7 +109,8 @@ def schedule_list(
     rows = [timer_doc(t) for t in session(ctx).store().timers(include_done=show_all)]
     render.records(rows, ["name", "due", "every", "catch_up", "payload", "event_key"], as_json,
                    title="timers", empty="no timers",
-                   human={"due": render.when, "every": _every, "payload": canonical})
+                   human={"due": render.when, "every": _every, "payload": canonical},
+                   text=["payload"])
 
 
 @schedule_app.command("remove")
