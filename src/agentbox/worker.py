@@ -51,6 +51,43 @@ class Interrupted(BaseException):
 
 
 @dataclass(frozen=True)
+class EventAfter:
+    """One event of a failed run as the failure left it, read back from the store."""
+
+    id: int
+    status: str  # "pending" (it will retry) or "dead"
+    attempts: int
+    retry_at: int | None  # a retry held back by the backoff starts then; None: at once
+
+    def document(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "attempts": self.attempts,
+                "retry_at": self.retry_at}
+
+
+def _fates(after: Sequence[EventAfter], max_attempts: int | None) -> str:
+    """What became of each event, events that share a fate named together."""
+    from agentbox.render import when
+
+    groups: dict[tuple[str, int, int | None], list[int]] = {}
+    for event in after:
+        groups.setdefault((event.status, event.attempts, event.retry_at), []).append(event.id)
+    said = []
+    for (status, attempts, retry_at), ids in groups.items():
+        who = f"event {ids[0]}" if len(ids) == 1 else f"events {', '.join(map(str, ids))}"
+        many = len(ids) > 1
+        if status == "dead":
+            said.append(f"{who} {'are' if many else 'is'} dead after {attempts} of "
+                        f"{max_attempts} attempts")
+        elif status == "pending":
+            later = f", not before {when(retry_at)}" if retry_at is not None else ""
+            said.append(f"{who} will retry (attempt {attempts} of {max_attempts} failed)"
+                        f"{later}")
+        else:
+            said.append(f"{who} {'are' if many else 'is'} {status}")
+    return "; ".join(said)
+
+
+@dataclass(frozen=True)
 class RunReport:
     """What one run did, for a line of output or a JSON document."""
 
@@ -63,12 +100,16 @@ class RunReport:
     approvals: int = 0
     timers: int = 0
     error: str | None = None
+    events_after: tuple[EventAfter, ...] = ()  # a failed run: what became of each event
+    max_attempts: int | None = None
 
     def document(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "exit_code": self.exit_code,
                 "generation": self.generation, "events": list(self.events),
                 "timers_fired": self.timers_fired, "messages": self.messages,
-                "approvals": self.approvals, "timers": self.timers, "error": self.error}
+                "approvals": self.approvals, "timers": self.timers, "error": self.error,
+                "events_after": [e.document() for e in self.events_after],
+                "max_attempts": self.max_attempts}
 
     def describe(self) -> str:
         """One line for people: generation, events, outcome."""
@@ -79,7 +120,8 @@ class RunReport:
             "idle": "nothing to do",
             "done": f"{ids} done; queued {self.messages} message(s), "
                     f"{self.approvals} approval request(s), {self.timers} timer(s)",
-            "failed": f"{ids} failed and will retry or go dead",
+            "failed": (_fates(self.events_after, self.max_attempts) if self.events_after
+                       else f"{ids} failed and will retry or go dead"),
             "busy": "the lease is held by another worker; nothing claimed",
             "lost": f"lease lost while the handler ran; {ids} left for the next worker",
             "refused": f"finish refused by the lease fence; {ids} left to the current holder",
@@ -252,10 +294,24 @@ class Worker:
                          len(answer.messages), len(answer.approvals), len(answer.timers))
 
     def _fail(self, generation: int, ids: list[int], fired: int, error: str) -> RunReport:
-        if not self.store.fail(self.holder, generation, self.clock(), ids, error, self.policy):
+        now = self.clock()
+        if not self.store.fail(self.holder, generation, now, ids, error, self.policy):
             return self._refused(generation, ids, fired)
         return RunReport("failed", EXIT_CODES["failed"], generation, tuple(ids), fired,
-                         error=error)
+                         error=error, events_after=self._after(ids, now),
+                         max_attempts=self.policy.max_attempts)
+
+    def _after(self, ids: list[int], now: int) -> tuple[EventAfter, ...]:
+        """The failed events as they stand now; nothing if they cannot be read (the
+        failure itself is recorded either way)."""
+        try:
+            events = [self.store.event(i) for i in ids]
+        except AgentboxError:
+            return ()
+        return tuple(EventAfter(e.id, e.status, e.attempts,
+                                e.available_at if e.status == "pending" and e.available_at > now
+                                else None)
+                     for e in events if e is not None)
 
     def _refused(self, generation: int, ids: list[int], fired: int) -> RunReport:
         return RunReport("refused", EXIT_CODES["refused"], generation, tuple(ids), fired,

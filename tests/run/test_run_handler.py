@@ -155,7 +155,7 @@ def test_a_failing_handler_records_its_stderr_tail_in_whole_lines(cli, handler, 
     lines = [f"line {n} " + "y" * (1 + n % 37) for n in range(1000)]
     result = cli("run", "--", *handler, "--exit", "4", "--stderr", "\n".join(lines), now=T0)
     assert result.code == 1
-    assert "generation 1: 1 event(s) (1) failed" in result.out
+    assert result.out == "generation 1: event 1 will retry (attempt 1 of 3 failed)\n"
     assert result.err.splitlines()[:1000] == [f"handler: {line}" for line in lines]
     event = inbox().find("chat", "m1")
     assert event.status == "pending"
@@ -169,6 +169,7 @@ def test_a_single_overlong_stderr_line_keeps_its_end(cli, handler, inbox):
     result = cli("run", "--", *handler, "--exit", "4", "--stderr", "x" * 10_000 + "END",
                  now=T0)
     assert result.code == 1
+    assert result.out == "generation 1: event 1 will retry (attempt 1 of 3 failed)\n"
     event = inbox().find("chat", "m1")
     assert event.error.startswith("handler exited 4: …xxx") and event.error.endswith("END")
     assert len(event.error) < 5000
