@@ -40,17 +40,20 @@ class HandWritten:
         self.conn = conn
 
     def _holds(self, generation: int, now: int) -> bool:
-        row = self.conn.execute("SELECT holder, generation, until FROM lease").fetchone()
-        return row is not None and row[0] == HOLDER and row[1] == generation and row[2] >= now
+        row = self.conn.execute("SELECT holder, generation, until, released FROM lease").fetchone()
+        return (row is not None and row[0] == HOLDER and row[1] == generation and row[2] >= now
+                and not row[3])
 
     def acquire(self, now: int) -> int:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
-        row = c.execute("SELECT holder, generation, until FROM lease").fetchone()
-        generation = 1 if row is None else row[1] + 1 if row[2] < now else row[1]
-        c.execute("""INSERT INTO lease (one, holder, generation, until) VALUES (1, ?, ?, ?)
+        row = c.execute("SELECT holder, generation, until, released FROM lease").fetchone()
+        generation = 1 if row is None else row[1] + 1 if row[3] or row[2] < now else row[1]
+        c.execute("""INSERT INTO lease (one, holder, generation, until, released)
+                     VALUES (1, ?, ?, ?, 0)
                      ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
-                         generation = excluded.generation, until = excluded.until""",
+                         generation = excluded.generation, until = excluded.until,
+                         released = 0""",
                   (HOLDER, generation, now + TTL))
         c.execute("COMMIT")
         return generation
@@ -97,7 +100,7 @@ class HandWritten:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         assert self._holds(generation, now)
-        c.execute("UPDATE lease SET until = ? WHERE one = 1", (now - 1,))
+        c.execute("UPDATE lease SET until = ?, released = 1 WHERE one = 1", (now,))
         c.execute("COMMIT")
 
     def cycle(self) -> int:

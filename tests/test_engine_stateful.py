@@ -75,7 +75,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.now = T
         self.policy = Policy()
         self.rows: dict[int, Row] = {}
-        self.lease: tuple[str, int, int] | None = None  # holder, generation, until
+        self.lease: tuple[str, int, int, bool] | None = None  # holder, generation, until,
+        # released
         self.workers = {name: WorkerModel(f"{name}#0") for name in WORKERS}
         self.restarts = 0
         self.highest_generation = 0
@@ -89,7 +90,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def holds(self, holder: str, generation: int | None) -> bool:
         return (self.lease is not None and self.lease[:2] == (holder, generation)
-                and self.lease[2] >= self.now)
+                and self.lease[2] >= self.now and not self.lease[3])
 
     def fenced(self, w: WorkerModel, ids: list[int]) -> bool:
         return self.holds(w.holder, w.claim_generation) and all(
@@ -140,17 +141,17 @@ class EngineMachine(RuleBasedStateMachine):
         w = self.workers[name]
         if self.lease is None:
             expected: int | None = 1
-        elif self.lease[0] == w.holder and self.lease[2] >= self.now:
-            expected = self.lease[1]
-        elif self.lease[2] < self.now:
+        elif self.lease[3] or self.lease[2] < self.now:  # released, or expired
             expected = self.lease[1] + 1
+        elif self.lease[0] == w.holder:
+            expected = self.lease[1]
         else:
             expected = None
         got = self.store.acquire(w.holder, self.now, TTL)
         assert got == expected
         if got is not None:
             w.generation = got
-            self.lease = (w.holder, got, self.now + TTL)
+            self.lease = (w.holder, got, self.now + TTL, False)
 
     @rule(name=st.sampled_from(WORKERS))
     def release(self, name: str) -> None:
@@ -159,7 +160,7 @@ class EngineMachine(RuleBasedStateMachine):
         before = None if expected else dump(self.store.conn)
         assert self.store.release(w.holder, w.generation or 0, self.now) == expected
         if expected:
-            self.lease = (w.holder, w.generation or 0, self.now - 1)
+            self.lease = (w.holder, w.generation or 0, self.now, True)
         else:
             assert dump(self.store.conn) == before
 
@@ -246,6 +247,11 @@ class EngineMachine(RuleBasedStateMachine):
     def advance_clock(self, seconds: int) -> None:
         self.now += seconds
 
+    @rule(seconds=st.sampled_from([1, TTL, 3 * TTL]))
+    def step_clock_back(self, seconds: int) -> None:
+        """An NTP step back, or a pinned clock: no rule may depend on time only rising."""
+        self.now -= seconds
+
     @rule(ids=st.one_of(st.none(), st.lists(st.integers(1, len(KEYS) + 1), max_size=3)))
     def replay(self, ids: list[int] | None) -> None:
         dead = sorted(i for i, r in self.rows.items() if r.status == "dead"
@@ -273,8 +279,7 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def generations_never_decrease(self) -> None:
         lease = self.store.lease()
-        assert (lease.holder, lease.generation, lease.until) == self.lease if lease else (
-            self.lease is None)
+        assert tuple(lease) == self.lease if lease else self.lease is None
         generation = lease.generation if lease else 0
         assert generation >= self.highest_generation
         self.highest_generation = generation

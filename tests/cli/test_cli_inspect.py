@@ -54,7 +54,8 @@ def test_status_counts_lease_and_timer(cli: Cli, inbox: Path, make_dead: Any) ->
     doc = status_doc(cli)
     assert_counts(doc)
     assert doc["events"] == {"pending": 3, "running": 0, "done": 0, "dead": 2}
-    assert doc["lease"] == {"holder": "worker-9", "generation": 2, "until": T0 + 120}
+    assert doc["lease"] == {"holder": "worker-9", "generation": 2, "until": T0 + 120,
+                            "released": False}
     assert doc["next_timer"] == {"name": "nightly", "due": T0 + 50}
 
     human = cli("status", now=T0)
@@ -70,7 +71,7 @@ def test_status_shows_an_expired_lease_as_free(cli: Cli, inbox: Path) -> None:
     with SqliteStore(inbox) as store:
         store.acquire("w", T0, 10)
     assert "held by w" in cli("status", now=T0 + 10).out
-    assert "free (released or expired)" in cli("status", now=T0 + 11).out
+    assert "free (expired at 1970-01-12T13:46:50Z)" in cli("status", now=T0 + 11).out
 
 
 def test_status_with_db_flag(cli: Cli, tmp_path: Path, home: Path) -> None:
@@ -205,18 +206,20 @@ def test_bad_explicit_user_is_refused_even_with_db(cli: Cli, tmp_path: Path, one
     assert not db.exists()
 
 
-def test_status_shows_a_released_lease_as_free(cli: Cli, inbox: Path, tmp_path: Path) -> None:
+def test_status_shows_a_released_lease_as_free(cli: Cli, inbox: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
+
+    monkeypatch.setenv("COLUMNS", "200")
 
     handler = tmp_path / "ok.py"
     handler.write_text("import sys\nsys.stdin.read()\n")
     assert cli("ingest", "s", "1", now=T0).code == 0
     assert cli("run", "--", sys.executable, str(handler), now=T0).code == 0
     out = cli("status", now=T0).out
-    assert "free (released or expired)" in out
-    assert "expired until" not in out and "last held by" in out
+    assert "free (released at 1970-01-12T13:46:40Z)" in out and "last held by" in out
     doc = status_doc(cli)
-    assert doc["lease"]["generation"] == 1  # JSON still tells the whole row
+    assert doc["lease"]["generation"] == 1 and doc["lease"]["released"] is True
 
 
 def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, inbox: Path, tmp_path: Path,

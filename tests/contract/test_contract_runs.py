@@ -32,6 +32,35 @@ def test_lease_acquire_renew_takeover_release(backend: Store) -> None:
     assert backend.status().lease == backend.lease()
 
 
+def test_a_released_lease_is_free_whatever_the_clock_says(backend: Store) -> None:
+    """A release frees the lease for good, not until some time: after a run at a later
+    clock (an NTP step back, a pinned AGENTBOX_NOW) the next one must not wait."""
+    assert backend.acquire("A", T + 1000, TTL) == 1
+    assert backend.release("A", 1, T + 1000)
+    lease = backend.lease()
+    assert lease is not None and lease.released and lease.generation == 1
+    assert backend.acquire("B", T, TTL) == 2  # the clock went back 1000 s
+    assert backend.release("B", 2, T)
+    assert backend.acquire("B", T - 500, TTL) == 3  # the same holder: the generation counts up
+    assert backend.lease() == Lease("B", 3, T - 500 + TTL)
+    assert backend.status().lease == backend.lease()
+
+
+def test_a_released_lease_fences_its_holder_at_any_clock(backend: Store) -> None:
+    event = backend.ingest("chat", "m1", "{}", T).id
+    assert backend.acquire("A", T, TTL) == 1
+    assert [e.id for e in backend.claim("A", 1, T, POLICY) or []] == [event]
+    assert backend.release("A", 1, T)
+    before = snapshot(backend, [event])
+    for now in (T - 100, T, T + 1):
+        assert not backend.renew("A", 1, now, TTL)
+        assert not backend.release("A", 1, now)
+        assert backend.claim("A", 1, now, POLICY) is None
+        assert not backend.finish("A", 1, now, [event])
+        assert not backend.fail("A", 1, now, [event], "late", POLICY)
+    assert snapshot(backend, [event]) == before
+
+
 def test_claim_takes_the_pending_batch_under_the_generation(backend: Store) -> None:
     ids = [backend.ingest("chat", f"m{n}", "{}", T).id for n in range(3)]
     assert backend.acquire("A", T, TTL) == 1

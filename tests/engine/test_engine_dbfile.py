@@ -267,3 +267,24 @@ def test_a_version_1_inbox_keeps_its_stories_and_counts_through_version_2(
         store.ingest_many([("s", "3", "{}"), ("s", "4", "{}")], T + 2)
         assert store.status().events["pending"] == 4
         assert [(e.at, e.action) for e in store.story(4)] == [(T + 2, "stored")]
+
+
+def test_a_version_2_lease_goes_on_through_version_3(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 3 marks a released lease; one released before it keeps its old date."""
+    path = tmp_path / "inbox.sqlite3"
+    with monkeypatch.context() as v2:
+        v2.setattr(db, "SCHEMA_VERSION", 2)
+        db.connect(path).close()
+        with raw(path) as conn:  # released by version 2: dated a second before the release
+            conn.execute("INSERT INTO lease (one, holder, generation, until) "
+                         "VALUES (1, 'old', 4, ?)", (T - 1,))
+            conn.commit()
+    with SqliteStore(path) as store:
+        assert versions(path)[0] == 3
+        lease = store.lease()
+        assert lease is not None and (lease.generation, lease.until, lease.released) == (
+            4, T - 1, False)
+        assert store.acquire("new", T, 60) == 5
+        assert store.release("new", 5, T)
+        assert store.acquire("new", T - 3600, 60) == 6

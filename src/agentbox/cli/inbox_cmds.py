@@ -209,7 +209,8 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         "outbox": state.outbox,
         "lease": None if lease is None else {"holder": lease.holder,
                                              "generation": lease.generation,
-                                             "until": lease.until},
+                                             "until": lease.until,
+                                             "released": lease.released},
         "next_timer": None if timer is None else {"name": timer.name, "due": timer.due},
     }
     if as_json:
@@ -217,14 +218,13 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         return
     now = sess.now()
     lease_text = "free (never taken)"
-    if lease is not None and lease.until >= now:
+    if lease is not None and not lease.released and lease.until >= now:
         lease_text = (f"held by {lease.holder}, generation {lease.generation}, until "
                       f"{render.when(lease.until)}")
     elif lease is not None:
-        # A release moves `until` into the past, so a released lease and an
-        # expired one look alike here; both are free to take.
-        lease_text = (f"free (released or expired), generation {lease.generation}; last "
-                      f"held by {lease.holder} until {render.when(lease.until)}")
+        how = "released" if lease.released else "expired"
+        lease_text = (f"free ({how} at {render.when(lease.until)}), generation "
+                      f"{lease.generation}; last held by {lease.holder}")
     events = state.events
     render.pairs([
         ("user", doc["user"]),

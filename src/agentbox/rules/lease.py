@@ -22,23 +22,32 @@ def new_holder_id() -> str:
 
 
 def holds(lease: Lease | None, holder: str, generation: int, now: int) -> bool:
-    """The fence: ``holder`` still owns the lease of ``generation`` at ``now``."""
-    return (lease is not None and lease.holder == holder
+    """The fence: ``holder`` still owns the lease of ``generation`` at ``now``.
+
+    A released lease is held by nobody, whatever the clock says.
+    """
+    return (lease is not None and not lease.released and lease.holder == holder
             and lease.generation == generation and lease.until >= now)
 
 
 def next_generation(lease: Lease | None, holder: str, now: int) -> int | None:
-    """The generation ``holder`` gets by acquiring now, or None while another holds it."""
+    """The generation ``holder`` gets by acquiring now, or None while another holds it.
+
+    A released lease is free at any clock: were its end only a time, a clock
+    stepped back (NTP, a pinned ``AGENTBOX_NOW``) would keep every run out
+    until it caught up again.
+    """
     if lease is None:
         return 1
-    if lease.holder == holder and lease.until >= now:
-        return lease.generation
-    if lease.until < now:
+    if lease.released or lease.until < now:
         return lease.generation + 1
+    if lease.holder == holder:
+        return lease.generation
     return None
 
 
-def released_until(now: int) -> int:
-    """A released lease is marked expired rather than deleted: the generation
-    must keep counting up, and the next taker bumps it as for any expired lease."""
-    return now - 1
+def release(lease: Lease, now: int) -> Lease:
+    """The row a release leaves: marked released rather than deleted, so the
+    generation keeps counting up (the next taker bumps it), with ``until`` set
+    to when it was released."""
+    return lease._replace(until=now, released=True)

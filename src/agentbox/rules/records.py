@@ -46,7 +46,8 @@ class IngestResult(NamedTuple):
 class Lease(NamedTuple):
     holder: str
     generation: int
-    until: int
+    until: int  # held until then; once released, the time of the release
+    released: bool = False  # free at any clock; the next taker bumps the generation
 
 
 class Entry(NamedTuple):

@@ -10,8 +10,8 @@ from agentbox.rules.records import Lease
 
 
 def current(conn: sqlite3.Connection) -> Lease | None:
-    row = conn.execute("SELECT holder, generation, until FROM lease").fetchone()
-    return Lease(*row) if row else None
+    row = conn.execute("SELECT holder, generation, until, released FROM lease").fetchone()
+    return Lease(row[0], row[1], row[2], bool(row[3])) if row else None
 
 
 def holds(conn: sqlite3.Connection, holder: str, generation: int, now: int) -> bool:
@@ -26,9 +26,10 @@ def acquire(conn: sqlite3.Connection, holder: str, now: int, ttl: int) -> int | 
         if generation is None:
             return None
         conn.execute(
-            """INSERT INTO lease (one, holder, generation, until) VALUES (1, ?, ?, ?)
+            """INSERT INTO lease (one, holder, generation, until, released)
+               VALUES (1, ?, ?, ?, 0)
                ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
-                   generation = excluded.generation, until = excluded.until""",
+                   generation = excluded.generation, until = excluded.until, released = 0""",
             (holder, generation, now + ttl))
         return generation
 
@@ -45,7 +46,10 @@ def renew(conn: sqlite3.Connection, holder: str, generation: int, now: int, ttl:
 def release(conn: sqlite3.Connection, holder: str, generation: int, now: int) -> bool:
     """End this worker's lease now, so the next tick need not wait out the TTL."""
     with write(conn):
-        if not holds(conn, holder, generation, now):
+        held = current(conn)
+        if held is None or not rules.holds(held, holder, generation, now):
             return False
-        conn.execute("UPDATE lease SET until = ? WHERE one = 1", (rules.released_until(now),))
+        left = rules.release(held, now)
+        conn.execute("UPDATE lease SET until = ?, released = ? WHERE one = 1",
+                     (left.until, int(left.released)))
         return True

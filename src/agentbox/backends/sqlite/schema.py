@@ -160,5 +160,13 @@ DROP TRIGGER events_count_insert;
 DELETE FROM history WHERE subject = 'event' AND action = 'stored';
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3: a released lease is marked as such, not dated a second before its
+# release, so that it is free at any clock (a clock stepped back left it "held"
+# until the clock caught up). A lease released before this version keeps its
+# old date and is free once that has passed, as before.
+_V3 = """
+ALTER TABLE lease ADD COLUMN released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1));
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
