@@ -92,6 +92,8 @@ KEYS: dict[str, Key] = {
     "send_timeout": Key(_seconds, "seconds before a sender is stopped (60s)"),
     "delivery": Key(_mode, "at-least-once or at-most-once (at-least-once)"),
     "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer (100)"),
+    "max_send_tries": Key(_count, "tries of one dispatch key, once it may have delivered, "
+                          "before it is parked uncertain (5)"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "

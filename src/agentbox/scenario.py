@@ -298,7 +298,7 @@ def _dispatch(run: _Run, a: Mapping[str, Any]) -> str:
     """
     mode = a["mode"] or run.policy.delivery
     got = run.store.claim_dispatch(run.now, mode, run.policy.outbox_gap,
-                                   run.policy.send_timeout)
+                                   run.policy.send_timeout, run.policy.max_send_tries)
     if isinstance(got, Wait):
         return "wait" if got.held else "empty"
     label = run.labels.setdefault(got.key, f"K{len(run.labels) + 1}")

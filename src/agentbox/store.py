@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
+
 if TYPE_CHECKING:
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
@@ -158,9 +160,13 @@ class Store(Protocol):
 
     # -- outbox --------------------------------------------------------------
 
-    def claim_dispatch(self, now: int, mode: str, gap: int,
-                       timeout: int) -> Dispatch | Wait:
-        """Claim the next send (an overdue at-least-once resend first), or say why not."""
+    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int,
+                       max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
+        """Claim the next send (an overdue resend of a key first), or say why not.
+
+        ``mode`` and ``max_tries`` are recorded on a new claim and hold for all
+        its tries; what a try's word does is :func:`agentbox.rules.outbox.on_settle`.
+        """
 
     def settle_dispatch(self, key: str, outcome: SendOutcome, now: int,
                         error: str | None = None, *, attempt: int) -> bool:

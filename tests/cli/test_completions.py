@@ -114,7 +114,8 @@ CHOICES = {
     "mode": (["dispatch", "--mode", ""], ["at-least-once", "at-most-once"]),
     "mode-prefix": (["dispatch", "--mode", "at-m"], ["at-most-once"]),
     "answer": (["approve", "answer", "deploy-1", ""], ["no", "yes"]),
-    "config-get": (["config", "get", "max_"], ["max_attempts", "max_batch", "max_payload"]),
+    "config-get": (["config", "get", "max_"],
+                   ["max_attempts", "max_batch", "max_payload", "max_send_tries"]),
     "config-set": (["config", "set", "deliv"], ["delivery"]),
     "config-unset": (["config", "unset", "send"], ["send_timeout", "sender"]),
 }

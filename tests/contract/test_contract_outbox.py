@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.outbox import RESEND_BACKOFF
 from agentbox.rules.records import Dispatch, Wait
 from agentbox.store import Store
 
@@ -14,14 +15,15 @@ GAP = 3600
 TIMEOUT = 60
 
 
-def dispatch(store: Store, now: int, mode: str = "at-least-once") -> Dispatch:
-    found = store.claim_dispatch(now, mode, GAP, TIMEOUT)
+def dispatch(store: Store, now: int, mode: str = "at-least-once", max_tries: int = 5
+             ) -> Dispatch:
+    found = store.claim_dispatch(now, mode, GAP, TIMEOUT, max_tries=max_tries)
     assert isinstance(found, Dispatch), found
     return found
 
 
-def wait(store: Store, now: int, mode: str = "at-least-once") -> Wait:
-    found = store.claim_dispatch(now, mode, GAP, TIMEOUT)
+def wait(store: Store, now: int, mode: str = "at-least-once", max_tries: int = 5) -> Wait:
+    found = store.claim_dispatch(now, mode, GAP, TIMEOUT, max_tries=max_tries)
     assert isinstance(found, Wait), found
     return found
 
@@ -97,6 +99,66 @@ def test_a_dispatcher_that_died_is_taken_over_after_its_deadline(backend: Store)
     resend = dispatch(backend, first.deadline + 1)
     assert (resend.key, resend.tries) == (first.key, 2)
     assert backend.settle_dispatch(resend.key, "sent", first.deadline + 2, attempt=2)
+
+
+def test_a_key_that_may_have_delivered_keeps_its_messages_when_a_try_fails(
+        backend: Store) -> None:
+    """Try 1's outcome is not known, so the channel may have the message under its key.
+    A later try that certainly failed must not hand the rows to a new key (a channel
+    deduping on the key would deliver twice): they stay, and go again after a backoff."""
+    say(backend, T, "hello")
+    first = dispatch(backend, T)
+    assert backend.settle_dispatch(first.key, "unknown", T + 1, "killed", attempt=1)
+    second = dispatch(backend, first.deadline + 1)
+    failed_at = first.deadline + 2
+    assert backend.settle_dispatch(second.key, "failed", failed_at, "exit 1", attempt=2)
+    [message] = backend.outbox()
+    assert (message.state, message.dispatch_key, message.error) == (
+        "sending", first.key, "exit 1")
+    say(backend, failed_at, "newer")  # goes under a key of its own, once the gap allows
+    assert wait(backend, failed_at + RESEND_BACKOFF).held == 1  # the backoff, then the gap
+    third = dispatch(backend, failed_at + RESEND_BACKOFF + 1)
+    assert (third.key, third.body, third.tries) == (first.key, "hello", 3)
+    assert backend.settle_dispatch(third.key, "sent", failed_at + RESEND_BACKOFF + 2,
+                                   attempt=3)
+    assert [m.dispatch_key for m in backend.outbox(("sent",))] == [first.key]
+
+
+def test_the_tries_of_a_key_are_bounded_then_it_is_parked_uncertain(backend: Store) -> None:
+    say(backend, T, "hello")
+    now = T
+    outcomes = ["unknown", "failed", "unknown"]
+    for attempt, outcome in enumerate(outcomes, 1):
+        found = dispatch(backend, now, max_tries=3)
+        assert (found.tries, found.max_tries) == (attempt, 3)
+        assert backend.settle_dispatch(found.key, outcome, now + 1, "no word", attempt=attempt)
+        now = max(found.deadline, now + 1 + RESEND_BACKOFF * 2) + 1
+    assert states(backend) == ["uncertain"]  # after 3 tries: an operator decides
+    assert wait(backend, now + 10 * GAP, max_tries=3).held == 0  # never tried again
+    assert backend.resolve_dispatch(found.key, True, now) == 1
+
+
+def test_a_dispatcher_that_always_dies_is_not_retried_for_ever(backend: Store) -> None:
+    say(backend, T, "hello")
+    now, keys = T, []
+    for _ in range(4):
+        found = backend.claim_dispatch(now, "at-least-once", GAP, TIMEOUT, max_tries=3)
+        if isinstance(found, Wait):
+            break
+        keys.append((found.key, found.tries))  # ...and the dispatcher dies mid-send
+        now = found.deadline + 1
+    assert [tries for _, tries in keys] == [1, 2, 3]
+    assert len({key for key, _ in keys}) == 1
+    assert states(backend) == ["uncertain"]
+
+
+def test_a_first_try_that_failed_still_frees_its_rows(backend: Store) -> None:
+    """Certainly not delivered, never possibly: the rows may go under a new key."""
+    say(backend, T, "hello")
+    first = dispatch(backend, T, max_tries=1)
+    assert backend.settle_dispatch(first.key, "failed", T + 1, "exit 1", attempt=1)
+    assert states(backend) == ["held"]
+    assert dispatch(backend, T + 2).key != first.key
 
 
 def test_unknown_at_most_once_is_parked_until_an_operator_resolves_it(backend: Store) -> None:

@@ -18,6 +18,7 @@ from agentbox.backends.sqlite import db, schema
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import Busy, DatabaseError
 from agentbox.rules.lease import new_holder_id
+from agentbox.rules.records import Dispatch
 
 from .enginekit import T
 
@@ -281,10 +282,29 @@ def test_a_version_2_lease_goes_on_through_version_3(tmp_path: Path,
                          "VALUES (1, 'old', 4, ?)", (T - 1,))
             conn.commit()
     with SqliteStore(path) as store:
-        assert versions(path)[0] == 3
+        assert versions(path)[0] == schema.SCHEMA_VERSION
         lease = store.lease()
         assert lease is not None and (lease.generation, lease.until, lease.released) == (
             4, T - 1, False)
         assert store.acquire("new", T, 60) == 5
         assert store.release("new", 5, T)
         assert store.acquire("new", T - 3600, 60) == 6
+
+
+def test_a_version_3_dispatch_in_flight_goes_on_through_version_4(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 4 records each claim's number of tries; older claims get the default."""
+    path = tmp_path / "inbox.sqlite3"
+    with monkeypatch.context() as v3:
+        v3.setattr(db, "SCHEMA_VERSION", 3)
+        db.connect(path).close()
+        with raw(path) as conn:  # a dispatch whose dispatcher died under version 3
+            conn.execute("INSERT INTO dispatches (key, mode, body, claimed_at, deadline) "
+                         "VALUES ('k-1', 'at-least-once', 'hello', ?, ?)", (T, T + 90))
+            conn.execute("INSERT INTO outbox (body, state, dispatch_key, created_at) "
+                         "VALUES ('hello', 'sending', 'k-1', ?)", (T,))
+            conn.commit()
+    with SqliteStore(path) as store:
+        found = store.claim_dispatch(T + 91, "at-least-once", 3600, 60)
+        assert isinstance(found, Dispatch)
+        assert (found.key, found.tries, found.max_tries) == ("k-1", 2, 5)

@@ -70,7 +70,7 @@ def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
     late = agentbox_proc("dispatch", "--", *sender.argv,
                          env={"AGENTBOX_NOW": str(DEADLINE + 1)})
     assert late.returncode == 0, late.stderr
-    assert "try 2 under the same key" in late.stderr
+    assert "try 2 of 5 under the same key" in late.stderr
     calls = sender.calls()
     assert len(calls) == 2
     assert calls[1]["key"] == first["key"]

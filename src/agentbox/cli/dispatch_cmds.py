@@ -6,7 +6,7 @@ sender command (so cron can pipe it on), or the JSON document with
 """
 
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
 
 import typer
 
@@ -15,6 +15,7 @@ from agentbox.cli.options import command_flag, complete_delivery, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
+    from agentbox.rules.outbox import Settle
     from agentbox.rules.records import Dispatch, SendOutcome, Wait
     from agentbox.store import Store
 
@@ -41,22 +42,49 @@ def _sender_env(sess: "Session", dispatch: "Dispatch") -> dict[str, str]:
             "AGENTBOX_DB": sess.db_target}
 
 
+class Sent(NamedTuple):
+    """How a try ended: the sender's word, whether it was recorded, and when."""
+
+    outcome: "SendOutcome"
+    error: str | None
+    recorded: bool
+    at: int
+
+    def fate(self, dispatch: "Dispatch") -> "tuple[Settle, int | None]":
+        """What the word did to the dispatch (the rule the store applied), and when
+        its key is tried again, if it is."""
+        from agentbox.rules.outbox import on_settle, resend_after
+
+        action = on_settle("sending", dispatch.mode, dispatch.tries, dispatch.tries,
+                           self.outcome, dispatch.max_tries)
+        again = {"unknown": dispatch.deadline,
+                 "retry": resend_after(self.at, dispatch.tries)}.get(action)
+        return action, again
+
+
+# The dispatch's messages after each fate, for --json.
+_STATE_AFTER = {"sent": "sent", "late-sent": "sent", "failed": "held", "retry": "sending",
+                "unknown": "sending", "park": "uncertain"}
+
+
 def _settle(store: "Store", sess: "Session", dispatch: "Dispatch", outcome: "SendOutcome",
-            error: str | None) -> bool:
+            error: str | None) -> Sent:
     """Record the outcome in a second transaction, saying so if the database would not."""
     from agentbox.errors import Busy
 
+    now = sess.now()
     try:
-        return store.settle_dispatch(dispatch.key, outcome, sess.now(), error,
-                                     attempt=dispatch.tries)
+        recorded = store.settle_dispatch(dispatch.key, outcome, now, error,
+                                         attempt=dispatch.tries)
     except Busy as exc:
         raise Busy(f"the send ended ({outcome}) but could not be recorded: {exc}; dispatch "
                    f"{dispatch.key} counts as not known after its claim deadline") from None
+    return Sent(outcome, error, recorded, now)
 
 
 def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str] | None,
-          timeout: int, as_json: bool) -> "tuple[SendOutcome, str | None, bool]":
-    """Deliver the claimed body; returns (outcome, error, whether it was recorded).
+          timeout: int, as_json: bool) -> Sent:
+    """Deliver the claimed body and record how it went.
 
     With no sender, writing the body to stdout (inside the JSON document with
     ``--json``) is the delivery.
@@ -66,20 +94,20 @@ def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str]
     if argv is None:
         try:
             if as_json:
-                render.document(_claim_doc(dispatch, "sent", None, printed=True))
+                render.document(_claim_doc(dispatch, None, printed=True))
             else:
                 render.data(dispatch.body)
         except OSError as exc:  # a closed pipe: the body went nowhere
-            error = f"stdout closed: {exc.strerror or exc}"
-            return "failed", error, _settle(store, sess, dispatch, "failed", error)
-        return "sent", None, _settle(store, sess, dispatch, "sent", None)
+            return _settle(store, sess, dispatch, "failed",
+                           f"stdout closed: {exc.strerror or exc}")
+        return _settle(store, sess, dispatch, "sent", None)
     from agentbox.process import CommandNotStarted, run_child
 
     try:
         result = run_child(argv, dispatch.body.encode("utf-8"), _sender_env(sess, dispatch),
                            timeout, label="sender")
     except CommandNotStarted as exc:
-        return "failed", str(exc), _settle(store, sess, dispatch, "failed", str(exc))
+        return _settle(store, sess, dispatch, "failed", str(exc))
     except BaseException:
         # Interrupted while the sender ran: it may have delivered.
         import contextlib
@@ -92,17 +120,19 @@ def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str]
 
     outcome = sender_word(result.ok, result.returncode, result.timed_out, result.stopped)
     said = None if outcome == "sent" else f"sender {result.describe()}"
-    return outcome, said, _settle(store, sess, dispatch, outcome, said)
+    return _settle(store, sess, dispatch, outcome, said)
 
 
-def _claim_doc(dispatch: "Dispatch", outcome: "SendOutcome", error: str | None,
-               printed: bool) -> dict[str, Any]:
-    unknown_resends = outcome == "unknown" and dispatch.mode == "at-least-once"
+def _claim_doc(dispatch: "Dispatch", sent: Sent | None, printed: bool) -> dict[str, Any]:
+    """The --json document of a claimed dispatch; ``sent`` None: the body is printed."""
+    action, again = sent.fate(dispatch) if sent is not None else ("sent", None)
     doc: dict[str, Any] = {
-        "outcome": outcome, "key": dispatch.key, "mode": dispatch.mode,
-        "attempt": dispatch.tries, "urgent": dispatch.urgent,
-        "messages": list(dispatch.message_ids), "error": error,
-        "resend_after": dispatch.deadline if unknown_resends else None,
+        "outcome": "sent" if sent is None else sent.outcome, "key": dispatch.key,
+        "mode": dispatch.mode, "attempt": dispatch.tries, "max_tries": dispatch.max_tries,
+        "urgent": dispatch.urgent, "messages": list(dispatch.message_ids),
+        "error": None if sent is None else sent.error,
+        "state": _STATE_AFTER.get(action) if sent is None or sent.recorded else None,
+        "resend_after": again,
     }
     if printed:
         doc["body"] = dispatch.body
@@ -131,31 +161,41 @@ def _say_wait(wait: "Wait", now: int) -> None:
                   f"{render.when(until)} (in {format_duration(max(until - now, 1))}){flight}")
 
 
-def _say_claim(dispatch: "Dispatch", outcome: "SendOutcome", error: str | None,
-               recorded: bool) -> None:
+def _say_claim(dispatch: "Dispatch", sent: Sent) -> None:
     from agentbox import render
 
     details = [f"{len(dispatch.message_ids)} message(s)"]
     if dispatch.urgent:
         details.append("urgent")
     if dispatch.resend:
-        details.append(f"try {dispatch.tries} under the same key")
+        details.append(f"try {dispatch.tries} of {dispatch.max_tries} under the same key")
     what = f"dispatch {dispatch.key} ({', '.join(details)})"
-    if not recorded:
+    error = sent.error
+    if not sent.recorded:
         render.notice(f"{what}: another dispatcher settled it first; this try's word "
-                      f"({outcome}) changed nothing")
-    if outcome == "sent":
+                      f"({sent.outcome}) changed nothing")
+    action, again = sent.fate(dispatch)
+    resolve = (f"check the channel, then run `agentbox outbox resolve {dispatch.key} --sent` "
+               "or `--unsent`")
+    if action in ("sent", "late-sent"):
         render.notice(f"sent {what}")
-    elif outcome == "failed":
+    elif action == "failed":
         render.error(f"{error}; not delivered: the messages of {what} are held again for "
                      "the next dispatch")
-    elif dispatch.mode == "at-least-once":
+    elif action == "retry":
+        render.error(f"{error}; not delivered by this try, but an earlier one may have been: "
+                     f"the messages of {what} are kept under the same key and tried again by "
+                     f"the first dispatch after {render.when(again)}")
+    elif action == "unknown":
         render.error(f"{error}; outcome not known: {what} is resent under the same key by "
-                     f"the first dispatch after {render.when(dispatch.deadline)}")
+                     f"the first dispatch after {render.when(again)}")
+    elif dispatch.mode == "at-least-once":
+        render.error(f"{error}; no certain word after {dispatch.tries} of "
+                     f"{dispatch.max_tries} tries: {what} is uncertain and will not be tried "
+                     f"again; {resolve}")
     else:
         render.error(f"{error}; outcome not known: {what} is uncertain and will not be "
-                     f"resent; check the channel, then run `agentbox outbox resolve "
-                     f"{dispatch.key} --sent` or `--unsent`")
+                     f"resent; {resolve}")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -199,19 +239,20 @@ def dispatch(
     argv = argv or settings.sender
     store = sess.store()
     now = sess.now()
-    claimed = store.claim_dispatch(now, policy.delivery, policy.outbox_gap, policy.send_timeout)
+    claimed = store.claim_dispatch(now, policy.delivery, policy.outbox_gap, policy.send_timeout,
+                                   policy.max_send_tries)
     if isinstance(claimed, Wait):
         if as_json:
             render.document(_wait_doc(claimed))
         else:
             _say_wait(claimed, now)
         return
-    outcome, error, recorded = _send(sess, store, claimed, argv, policy.send_timeout, as_json)
+    sent = _send(sess, store, claimed, argv, policy.send_timeout, as_json)
     if not as_json:
-        _say_claim(claimed, outcome, error, recorded)
+        _say_claim(claimed, sent)
     elif argv is not None:
-        render.document(_claim_doc(claimed, outcome, error, printed=False))
-    raise typer.Exit(0 if outcome == "sent" else 1)
+        render.document(_claim_doc(claimed, sent, printed=False))
+    raise typer.Exit(0 if sent.outcome == "sent" else 1)
 
 
 outbox_app = typer.Typer(help="The held, in-flight and uncertain messages.",

@@ -8,6 +8,13 @@ runs: rows are claimed under a dispatch key with a deadline, the sender
 runs, the outcome is settled. A claim whose outcome is not known is resent
 under the same key after its deadline (``at-least-once``) or parked as
 ``uncertain`` for an operator (``at-most-once``).
+
+Once a key may have delivered (a try's outcome was not known), its messages
+never leave it: a later try that certainly failed keeps them under the same
+key, tried again after a backoff, so a channel deduping on the key cannot
+deliver them twice. A key gets ``max_tries`` tries in all (recorded on the
+claim, like the mode); then it is parked ``uncertain`` for an operator
+(``outbox resolve``) instead of being tried for ever.
 """
 
 from __future__ import annotations
@@ -16,21 +23,37 @@ from collections.abc import Sequence
 from typing import Literal
 
 from agentbox.errors import BadInput
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import DELIVERY_MODES, SendOutcome
 
 SEPARATOR = "\n\n"
 CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
 # Dispatch states after which the channel may have heard from us: the gap counts from them.
 SPOKE_STATES = ("sending", "sent", "uncertain")
+RESEND_BACKOFF = 60  # seconds before a key whose try failed is tried again; doubles per try
+RESEND_BACKOFF_CAP = 3600
 
-Settle = Literal["sent", "late-sent", "failed", "park", "unknown", "stale"]
+Settle = Literal["sent", "late-sent", "failed", "retry", "park", "unknown", "stale"]
 
 
-def check_claim(mode: str, gap: int, timeout: int) -> None:
+def check_claim(mode: str, gap: int, timeout: int,
+                max_tries: int = DEFAULT_MAX_SEND_TRIES) -> None:
     if mode not in DELIVERY_MODES:
         raise BadInput(f"delivery mode must be one of {', '.join(DELIVERY_MODES)}")
     if gap < 0 or timeout <= 0:
         raise BadInput("the gap cannot be negative and the timeout must be positive")
+    if max_tries < 1:
+        raise BadInput("a dispatch key needs at least one try")
+
+
+def may_have_delivered(tries: int) -> bool:
+    """Whether an earlier try of a key may have reached the channel.
+
+    A key is tried again only after a try whose outcome was not known (the
+    sender was stopped or killed, or its dispatcher died), so any key past
+    its first try may already have delivered.
+    """
+    return tries > 1
 
 
 def next_allowed(last_send: int | None, gap: int) -> int | None:
@@ -68,12 +91,22 @@ def sender_word(ok: bool, returncode: int | None, timed_out: bool, stopped: bool
     return "failed"
 
 
-def on_settle(state: str, mode: str, tries: int, attempt: int, outcome: SendOutcome) -> Settle:
+def on_settle(state: str, mode: str, tries: int, attempt: int, outcome: SendOutcome,
+              max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Settle:
     """What the sender's word for try ``attempt`` does to a dispatch in ``state``.
 
     A word for a try that is no longer current (settled, parked, or taken over
     by another dispatcher) changes nothing, except a certain delivery: the
-    channel has the message whichever try brought it.
+    channel has the message whichever try brought it. For the current try:
+
+    - ``sent``: the dispatch is sent;
+    - ``failed`` of a key that cannot have delivered: its rows are held again
+      and may go out later under a new key;
+    - ``failed`` of a key that may have delivered: ``retry``, kept under the
+      key and tried again after :func:`resend_after`;
+    - not known: ``unknown``, resent under the key after the claim deadline
+      (at-least-once), or ``park``: uncertain (at-most-once);
+    - ``park`` too, whatever the word, once a key has had ``max_tries`` tries.
     """
     if outcome not in ("sent", "failed", "unknown"):
         raise BadInput(f"unknown dispatch outcome {outcome!r}")
@@ -81,6 +114,21 @@ def on_settle(state: str, mode: str, tries: int, attempt: int, outcome: SendOutc
         return "late-sent" if outcome == "sent" and state in ("sending", "uncertain") else "stale"
     if outcome == "sent":
         return "sent"
-    if outcome == "failed":
+    if outcome == "failed" and not may_have_delivered(tries):
         return "failed"
-    return "park" if mode == "at-most-once" else "unknown"
+    if mode == "at-most-once" or tries >= max_tries:
+        return "park"
+    return "retry" if outcome == "failed" else "unknown"
+
+
+def on_expiry(mode: str, tries: int, max_tries: int) -> Literal["resend", "park"]:
+    """A claim past its deadline with no word (its dispatcher died): at-least-once
+    resends it under its key while it has tries left; otherwise it is parked."""
+    return "resend" if mode == "at-least-once" and tries < max_tries else "park"
+
+
+def resend_after(now: int, tries: int) -> int:
+    """When a key whose try ``tries`` certainly failed (having maybe delivered
+    before) is tried again: 60 s after the second try, doubling, at most 1 h."""
+    wait: int = RESEND_BACKOFF * 2 ** min(max(tries - 2, 0), 16)
+    return now + min(wait, RESEND_BACKOFF_CAP)

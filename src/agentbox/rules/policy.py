@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD
 
+DEFAULT_MAX_SEND_TRIES = 5
+
 
 class Policy(NamedTuple):
     lease_ttl: int = 120          # seconds a worker owns the inbox without renewing
@@ -23,6 +25,7 @@ class Policy(NamedTuple):
     send_timeout: int = 60        # seconds before a sender is stopped
     delivery: str = "at-least-once"
     catch_up_limit: int = 100     # `each` timers: individual events before the rest coalesce
+    max_send_tries: int = DEFAULT_MAX_SEND_TRIES  # tries of one dispatch key, then uncertain
 
     def backoff(self, attempts: int) -> int:
         """Seconds a row waits before its next attempt, after ``attempts`` tries."""

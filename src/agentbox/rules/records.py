@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
+
 EVENT_STATES = ("pending", "running", "done", "dead")
 OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
 OPEN_OUTBOX_STATES = ("held", "sending", "uncertain")
@@ -110,6 +112,7 @@ class Dispatch:
     urgent: bool
     tries: int
     deadline: int
+    max_tries: int = DEFAULT_MAX_SEND_TRIES  # tries of this key, then uncertain (on the claim)
 
     @property
     def resend(self) -> bool:

@@ -18,6 +18,7 @@ from agentbox.backends.sqlite.db import instance_id, write
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules import outbox as rules
 from agentbox.rules.answer import Message
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, Dispatch, OutboxMessage, SendOutcome, Wait
 
 
@@ -70,36 +71,45 @@ def _park(conn: sqlite3.Connection, key: str, now: int, error: str) -> None:
     history.record_many(conn, now, "message", "uncertain", ((i, None, key) for i in ids))
 
 
-def _expired(conn: sqlite3.Connection, now: int,
-             mode: str | None = None) -> list[tuple[str, str, str, int, int]]:
-    """Claims still ``sending`` past their deadline: their dispatcher is gone."""
+def _expired(conn: sqlite3.Connection, now: int) -> list[tuple[str, str, str, int, int, int]]:
+    """Claims still ``sending`` past their deadline (key, mode, body, urgent, tries,
+    max_tries): their dispatcher is gone, or a failed try's backoff is over."""
     rows = conn.execute(
-        """SELECT key, mode, body, urgent, tries FROM dispatches
-           WHERE state = 'sending' AND deadline < ? AND (? IS NULL OR mode = ?)
-           ORDER BY seq""", (now, mode, mode)).fetchall()
-    return [(str(k), str(m), str(b), int(u), int(t)) for k, m, b, u, t in rows]
+        """SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
+           WHERE state = 'sending' AND deadline < ? ORDER BY seq""", (now,)).fetchall()
+    return [(str(k), str(m), str(b), int(u), int(t), int(n)) for k, m, b, u, t, n in rows]
 
 
-def _park_expired(conn: sqlite3.Connection, now: int) -> None:
-    for key, *_ in _expired(conn, now, "at-most-once"):
-        _park(conn, key, now, "claim deadline passed with the outcome unknown")
+def _park_expired(conn: sqlite3.Connection,
+                  now: int) -> list[tuple[str, str, str, int, int, int]]:
+    """Park the expired claims that may not be tried again; return the others
+    (key, mode, body, urgent, tries, max_tries), oldest first."""
+    left = []
+    for key, mode, body, urgent, tries, max_tries in _expired(conn, now):
+        if rules.on_expiry(mode, tries, max_tries) == "resend":
+            left.append((key, mode, body, urgent, tries, max_tries))
+        elif mode == "at-most-once":
+            _park(conn, key, now, "claim deadline passed with the outcome unknown")
+        else:
+            _park(conn, key, now, f"claim deadline passed with the outcome unknown after try "
+                                  f"{tries} of {max_tries}: no more tries")
+    return left
 
 
 def _take_over(conn: sqlite3.Connection, now: int, timeout: int) -> Dispatch | None:
-    """Park expired at-most-once claims; take over the oldest expired at-least-once one."""
-    _park_expired(conn, now)
-    expired = _expired(conn, now, "at-least-once")
-    if not expired:
+    """Park what may not be tried again; take over the oldest claim that may."""
+    left = _park_expired(conn, now)
+    if not left:
         return None
-    key, mode, body, urgent, tries = expired[0]
+    key, mode, body, urgent, tries, max_tries = left[0]
     deadline = rules.claim_deadline(now, timeout)
     conn.execute("UPDATE dispatches SET tries = ?, deadline = ?, claimed_at = ? WHERE key = ?",
                  (tries + 1, deadline, now, key))
     ids = _message_ids(conn, key)
     history.record(conn, now, "dispatch", key, "resending",
-                   detail=f"try {tries + 1}: the claim deadline passed with the outcome unknown")
+                   detail=f"try {tries + 1} of {max_tries} under the same key")
     history.record_many(conn, now, "message", "resending", ((i, None, key) for i in ids))
-    return Dispatch(key, mode, body, ids, bool(urgent), tries + 1, deadline)
+    return Dispatch(key, mode, body, ids, bool(urgent), tries + 1, deadline, max_tries)
 
 
 def last_send(conn: sqlite3.Connection) -> int | None:
@@ -120,13 +130,14 @@ def _in_flight(conn: sqlite3.Connection) -> tuple[int, int | None]:
     return int(row[0]), None if row[1] is None else int(row[1])
 
 
-def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int,
-          timeout: int) -> Dispatch | Wait:
+def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int, timeout: int,
+          max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
     """Claim the next dispatch (a resend first), or say why there is none.
 
-    ``mode`` is recorded on a new claim; a resend keeps the mode of its claim.
+    ``mode`` and ``max_tries`` are recorded on a new claim; a resend keeps those
+    of its claim.
     """
-    rules.check_claim(mode, gap, timeout)
+    rules.check_claim(mode, gap, timeout, max_tries)
     with write(conn):
         resend = _take_over(conn, now, timeout)
         if resend is not None:
@@ -145,15 +156,16 @@ def claim(conn: sqlite3.Connection, now: int, mode: str, gap: int,
         body = rules.merged([b for _, b, _ in held])
         deadline = rules.claim_deadline(now, timeout)
         conn.execute(
-            """INSERT INTO dispatches (seq, key, mode, body, urgent, claimed_at, deadline)
-               VALUES (?, ?, ?, ?, ?, ?, ?)""", (seq, key, mode, body, int(urgent), now, deadline))
+            """INSERT INTO dispatches (seq, key, mode, body, urgent, claimed_at, deadline,
+                                       max_tries) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+            (seq, key, mode, body, int(urgent), now, deadline, max_tries))
         ids = tuple(i for i, _, _ in held)
         conn.executemany("UPDATE outbox SET state = 'sending', dispatch_key = ? WHERE id = ?",
                          [(key, i) for i in ids])
         history.record(conn, now, "dispatch", key, "claimed",
                        detail=f"{len(ids)} message(s), {mode}{', urgent' if urgent else ''}")
         history.record_many(conn, now, "message", "sending", ((i, None, key) for i in ids))
-        return Dispatch(key, mode, body, ids, urgent, 1, deadline)
+        return Dispatch(key, mode, body, ids, urgent, 1, deadline, max_tries)
 
 
 def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
@@ -165,11 +177,12 @@ def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
     ``sent``: a certain delivery settles the dispatch whichever try made it.
     """
     with write(conn):
-        row = conn.execute("SELECT state, mode, tries FROM dispatches WHERE key = ?",
+        row = conn.execute("SELECT state, mode, tries, max_tries FROM dispatches WHERE key = ?",
                            (key,)).fetchone()
         if row is None:
             return False
-        action = rules.on_settle(str(row[0]), str(row[1]), int(row[2]), attempt, outcome)
+        tries, max_tries = int(row[2]), int(row[3])
+        action = rules.on_settle(str(row[0]), str(row[1]), tries, attempt, outcome, max_tries)
         if action == "stale":
             return False
         if action == "late-sent":
@@ -182,7 +195,17 @@ def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
             history.record(conn, now, "dispatch", key, "failed", detail=error)
             history.record_many(conn, now, "message", "held again",
                                 ((i, None, error) for i in ids))
+        elif action == "retry":
+            # An earlier try may have delivered: the rows stay under this key.
+            conn.execute("UPDATE dispatches SET error = ?, deadline = ? WHERE key = ?",
+                         (error, rules.resend_after(now, tries), key))
+            conn.execute("UPDATE outbox SET error = ? WHERE dispatch_key = ?", (error, key))
+            history.record(conn, now, "dispatch", key, "failed",
+                           detail=f"try {tries} of {max_tries}: {error}; kept under the same "
+                                  "key, which may have delivered already")
         elif action == "park":
+            if str(row[1]) == "at-least-once":  # out of tries
+                error = f"{error or 'outcome unknown'} (try {tries} of {max_tries}: no more tries)"
             _park(conn, key, now, error or "outcome unknown")
         else:
             # at-least-once: the claim stays; the next dispatch after its deadline

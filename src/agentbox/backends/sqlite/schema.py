@@ -168,5 +168,11 @@ _V3 = """
 ALTER TABLE lease ADD COLUMN released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1));
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: each dispatch records how many tries its key may have (like its
+# mode), so whichever dispatcher settles or takes it over applies the same bound.
+_V4 = """
+ALTER TABLE dispatches ADD COLUMN max_tries INTEGER NOT NULL DEFAULT 5 CHECK (max_tries >= 1);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)

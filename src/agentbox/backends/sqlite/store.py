@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentbox.backends.sqlite import db, inbox, lease
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import Status
 
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
@@ -181,10 +182,11 @@ class SqliteStore:
 
         return approvals.listing(self.conn, now)
 
-    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int) -> Dispatch | Wait:
+    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int,
+                       max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
         from agentbox.backends.sqlite import outbox
 
-        return outbox.claim(self.conn, now, mode, gap, timeout)
+        return outbox.claim(self.conn, now, mode, gap, timeout, max_tries)
 
     def settle_dispatch(self, key: str, outcome: SendOutcome, now: int,
                         error: str | None = None, *, attempt: int) -> bool:
