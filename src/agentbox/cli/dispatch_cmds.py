@@ -30,14 +30,21 @@ def _preview(body: str) -> str:
     return flat if len(flat) <= PREVIEW else flat[:PREVIEW - 1].rstrip() + "…"
 
 
-def _sender_env(sess: "Session", dispatch: "Dispatch") -> dict[str, str]:
-    """The sender's environment: ours, plus what it needs to dedupe and find the inbox."""
-    import os
+def _sender_env(sess: "Session", dispatch: "Dispatch", body: bytes) -> dict[str, str]:
+    """The sender's environment: ours, plus what it needs to dedupe and find the inbox.
 
+    ``AGENTBOX_BODY_BYTES`` and ``AGENTBOX_BODY_SHA256`` describe the whole
+    body on stdin: a dispatcher killed while writing it leaves the sender a
+    cut-short stdin, which it can only tell from a shorter message by these.
+    """
+    import hashlib
+    import os
 
     return {**os.environ, "AGENTBOX_DISPATCH_KEY": dispatch.key,
             "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
             "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
+            "AGENTBOX_BODY_BYTES": str(len(body)),
+            "AGENTBOX_BODY_SHA256": hashlib.sha256(body).hexdigest(),
             "AGENTBOX_USER": sess.user_or_none() or "",
             "AGENTBOX_DB": sess.db_target}
 
@@ -104,8 +111,9 @@ def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str]
     from agentbox.process import CommandNotStarted, run_child
 
     try:
-        result = run_child(argv, dispatch.body.encode("utf-8"), _sender_env(sess, dispatch),
-                           timeout, label="sender")
+        body = dispatch.body.encode("utf-8")
+        result = run_child(argv, body, _sender_env(sess, dispatch, body), timeout,
+                           label="sender")
     except CommandNotStarted as exc:
         return _settle(store, sess, dispatch, "failed", str(exc))
     except BaseException:

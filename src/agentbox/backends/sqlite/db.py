@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,11 +40,13 @@ def translate(exc: sqlite3.Error, path: str | os.PathLike[str] = "") -> Exceptio
     return DatabaseError(f"{where}database error: {text}")
 
 
-def _create_private_file(path: Path, make_folders: bool) -> None:
+def _create_private_file(path: Path, make_folders: bool) -> bool:
     """Make an empty 0600 file, so SQLite and its -wal/-shm files inherit 0600.
 
-    Missing folders are made 0700 only when asked: a mistyped ``--db`` folder
-    is an error, not a new tree.
+    False when something is already there (a file, or a symlink, which
+    ``O_EXCL`` never follows): :func:`_check_existing` judges it. Missing
+    folders are made 0700 only when asked: a mistyped ``--db`` folder is an
+    error, not a new tree.
     """
     if make_folders:
         from agentbox.paths import private_dir
@@ -52,35 +55,85 @@ def _create_private_file(path: Path, make_folders: bool) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return
+        return False
     except FileNotFoundError:
         raise DatabaseError(f"{path}: folder {path.parent} does not exist") from None
     except OSError as exc:
         raise DatabaseError(f"{path}: cannot create the database: "
                             f"{exc.strerror or exc}") from None
     os.close(fd)
+    return True
 
 
-def _check_header(path: Path) -> None:
+def _check_existing(path: Path) -> None:
+    """Let SQLite open only a regular file that is an inbox, or empty and ours.
+
+    - A symlink is followed to an existing file, but agentbox never creates
+      an inbox through one: a dangling symlink is refused (else the target
+      would be made with the umask's mode, and wherever the link points).
+    - A FIFO, a device or a socket is refused before it is opened (opening a
+      FIFO blocks until a writer comes).
+    - An empty file becomes a new inbox, as a crash between creating an
+      inbox and its first migration leaves one; it must belong to this user
+      and is made 0600 (a file planted by another user, or readable by
+      others, would otherwise receive the inbox).
+    - Anything else must start with the SQLite header.
+    """
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_SQLITE_HEADER))
-    except IsADirectoryError:
-        raise DatabaseError(f"{path}: is a directory, not a database file") from None
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise DatabaseError(
+                f"{path}: a symlink to {os.readlink(path)}, which does not exist; agentbox "
+                "does not create an inbox through a symlink: use --db with the target, "
+                "or remove the link") from None
+        raise DatabaseError(f"{path}: vanished while being opened") from None
     except PermissionError:
         raise DatabaseError(f"{path}: permission denied") from None
-    if head and head != _SQLITE_HEADER:
+    if stat.S_ISDIR(info.st_mode):
+        raise DatabaseError(f"{path}: is a directory, not a database file")
+    if not stat.S_ISREG(info.st_mode):
+        raise DatabaseError(f"{path}: not a regular file (a FIFO, a device or a socket); "
+                            "an inbox is a file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except PermissionError:
+        raise DatabaseError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise DatabaseError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    try:
+        opened = os.fstat(fd)  # the file itself, should the name have moved meanwhile
+        if not stat.S_ISREG(opened.st_mode):
+            raise DatabaseError(f"{path}: not a regular file; an inbox is a file")
+        if opened.st_size == 0:
+            _adopt_empty(path, fd, opened)
+            return
+        head = os.read(fd, len(_SQLITE_HEADER))
+    finally:
+        os.close(fd)
+    if head != _SQLITE_HEADER:
         raise DatabaseError(f"{path}: not an agentbox database (not an SQLite file)")
+
+
+def _adopt_empty(path: Path, fd: int, info: os.stat_result) -> None:
+    """An empty file about to become an inbox: ours, and private from now on."""
+    if info.st_uid != os.geteuid():
+        raise DatabaseError(f"{path}: an empty file that belongs to another user (uid "
+                            f"{info.st_uid}); agentbox makes an inbox only in a file of its own")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        try:
+            os.fchmod(fd, 0o600)
+        except OSError as exc:
+            raise DatabaseError(f"{path}: cannot make the new inbox private: "
+                                f"{exc.strerror or exc}") from None
 
 
 def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
             make_folders: bool = True) -> sqlite3.Connection:
     """Open (creating if needed) an inbox file and bring its schema up to date."""
     file = Path(path)
-    if not file.exists():
-        _create_private_file(file, make_folders)
-    else:
-        _check_header(file)
+    if not _create_private_file(file, make_folders):
+        _check_existing(file)
     try:
         conn = sqlite3.connect(file, isolation_level=None, timeout=BUSY_TIMEOUT_S,
                                check_same_thread=False)
