@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -184,12 +183,15 @@ def _child_setup(watchdog_fd: int) -> Callable[[], None]:
 # -- stderr, line by line -----------------------------------------------------------
 
 _RELAY_LOCK = threading.Lock()
-_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _escaped(line: bytes) -> bytes:
-    """Terminal control bytes spelled out, so a child cannot drive the user's terminal."""
-    return _CONTROL.sub(lambda m: b"\\x%02x" % m[0][0], line)
+    """A line for a terminal, shown as agentbox shows anyone else's words (see
+    :func:`agentbox.render.printable`): no control character, C1 included, and no
+    stray byte of a broken UTF-8 sequence reaches it raw."""
+    from agentbox.render import printable
+
+    return printable(line.decode("utf-8", "backslashreplace")).encode("utf-8")
 
 
 class _StderrLines:

@@ -52,6 +52,7 @@ def _run_bytes(handler: str, **popen: object) -> subprocess.Popen[bytes]:
 NOISY = ("import sys\n"
          "sys.stdin.read()\n"
          r"sys.stderr.buffer.write(b'caf\xc3\xa9 \xff\xfe raw\n\x1b[31mred\x1b[0m\tend\r\n')" "\n"
+         r"sys.stderr.buffer.write(b'c1 \xc2\x9b2J bidi \xe2\x80\xae\n')" "\n"
          "sys.stderr.buffer.write(b'no newline at the end')\n"
          "print('{}')\n")
 
@@ -63,6 +64,7 @@ def test_raw_bytes_pass_through_when_stderr_is_not_a_terminal(cli, home):
     assert proc.returncode == 0, err
     assert err.split(b"\n") == [b"handler: caf\xc3\xa9 \xff\xfe raw",
                                 b"handler: \x1b[31mred\x1b[0m\tend",
+                                b"handler: c1 \xc2\x9b2J bidi \xe2\x80\xae",
                                 b"handler: no newline at the end", b""]
 
 
@@ -88,8 +90,11 @@ def test_control_characters_are_escaped_on_a_terminal(cli, home):
         if follower >= 0:
             os.close(follower)
     lines = seen.replace(b"\r\n", b"\n").split(b"\n")  # the terminal adds its own \r
-    assert lines[:3] == [b"handler: caf\xc3\xa9 \xff\xfe raw",
-                         b"handler: \\x1b[31mred\\x1b[0m\tend",
+    # as agentbox shows any other people's words: C1 and bidi controls too, and the
+    # bytes of broken UTF-8, spelled out
+    assert lines[:4] == [b"handler: caf\xc3\xa9 \\xff\\xfe raw",
+                         b"handler: \\x1b[31mred\\x1b[0m\\tend",
+                         b"handler: c1 \\x9b2J bidi \\u202e",
                          b"handler: no newline at the end"]
 
 
