@@ -3,6 +3,13 @@
 Payloads are compared as canonical JSON (sorted keys, no insignificant
 whitespace), so a retried webhook whose sender reorders keys is still a
 duplicate and not a conflict.
+
+A payload may nest at most :data:`MAX_DEPTH` levels of objects and arrays.
+Python's own parser gives up near a thousand, but a payload that deep only
+just parses: every later step that wraps it (the batch handed to a handler,
+``dead --json``, an indented ``dead show``) adds levels and fails. Real
+webhooks nest a handful of levels, so the bound is checked once, on every
+way in, and everything stored can be handled again.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any
 from agentbox.errors import BadInput
 
 DEFAULT_MAX_PAYLOAD = 256 * 1024
+MAX_DEPTH = 64  # levels of objects and arrays in one payload, the payload itself included
 
 
 def _refuse_constant(name: str) -> Any:
@@ -47,7 +55,7 @@ def loads_strict(text: str | bytes, what: str = "payload") -> Any:
         raise BadInput(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} "
                        f"column {exc.colno}") from None
     except RecursionError:
-        raise BadInput(f"{what} is nested too deeply") from None
+        raise BadInput(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:  # e.g. an integer beyond Python's digit limit
         raise BadInput(f"{what} is not usable JSON: {exc}") from None
 
@@ -86,12 +94,36 @@ def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
 
 
 def canonical_object(value: Any, what: str = "payload") -> str:
+    """The canonical form of a payload: a JSON object no deeper than MAX_DEPTH."""
     if not isinstance(value, dict):
         raise BadInput(f"{what} must be a JSON object, not {type_name(value)}")
+    if depth(value) > MAX_DEPTH:
+        raise BadInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
     try:
         return canonical(value)
     except BadInput as exc:
         raise BadInput(f"{what}: {exc}") from None
+
+
+def depth(value: Any) -> int:
+    """Levels of objects and arrays in ``value`` (0 for a scalar), without recursion.
+
+    Stops counting one level past MAX_DEPTH: that is enough to refuse it.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = (item.values() if isinstance(item, dict)
+                    else item if isinstance(item, list) else None)
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in children
+                     if isinstance(child, (dict, list)))
+    return deepest
 
 
 def type_name(value: Any) -> str:

@@ -91,7 +91,7 @@ def test_unicode_is_stored_as_text_and_compared_canonically(cli: Cli, inbox: Pat
     ('{"a": 1, "a": 2}', "duplicate key"),
     ('{"a": "\\ud800"}', "surrogate"),
     ('{"a": ' + "1" * 5000 + "}", "digits"),
-    ("[" * 100_000, "nested too deeply"),
+    ("[" * 100_000, "nested more than 64 levels deep"),
 ])
 def test_not_strict_json_is_refused_with_65(cli: Cli, inbox: Path, one_error: Any,
                                             payload: str, needle: str) -> None:

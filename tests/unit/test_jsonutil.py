@@ -67,7 +67,7 @@ def test_different_values_stay_different() -> None:
     ("NaN", "NaN"), ('{"a": -Infinity}', "Infinity"), ('{"a": 1e999}', "out of range"),
     ("{", "not valid JSON"), ('{"a": 1} x', "not valid JSON"), ("", "not valid JSON"),
     ('{"k": 1, "k": 1}', "duplicate key 'k'"), ('{"a": "\\udc00"}', "surrogate"),
-    ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+    ("[" * 50_000 + "]" * 50_000, "nested more than 64 levels deep"),
     ('{"n": ' + "9" * 4301 + "}", "digits"),
 ])
 def test_refusals(text: str, needle: str) -> None:
@@ -108,3 +108,25 @@ def test_what_names_the_input_in_messages() -> None:
         loads_strict("{", "line")
     with pytest.raises(BadInput, match=r"^body: "):
         canonical_object({"x": float("inf")}, "body")
+
+
+@pytest.mark.parametrize(("value", "levels"), [
+    (1, 0), ({}, 1), ([], 1), ({"a": 1, "b": "x"}, 1), ({"a": []}, 2), ([{}, [[{}]]], 4),
+    ({"a": {"b": {"c": {}}}, "d": [1]}, 4),
+])
+def test_depth_counts_levels_of_objects_and_arrays(value: Any, levels: int) -> None:
+    from agentbox.jsonutil import depth
+
+    assert depth(value) == levels
+
+
+def test_canonical_object_refuses_one_level_past_the_bound() -> None:
+    from agentbox.jsonutil import MAX_DEPTH, depth
+
+    value: Any = {}
+    for level in range(MAX_DEPTH - 1):  # objects and arrays in turn, MAX_DEPTH levels
+        value = [value] if level % 2 else {"k": value}
+    assert depth(value) == MAX_DEPTH
+    assert canonical_object(value) == canonical(value)
+    with pytest.raises(BadInput, match=f"nested more than {MAX_DEPTH} levels"):
+        canonical_object({"over": value})
