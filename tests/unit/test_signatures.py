@@ -67,3 +67,53 @@ def test_unknown_forms_are_mismatches(header: str) -> None:
 def test_empty_secret_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         verify(BODY, "sha256=" + mac(BODY, b""), b"", NOW)
+
+
+def test_github_published_vector_as_a_named_kind() -> None:
+    body, secret = b"Hello, World!", b"It's a Secret to Everybody"
+    good = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    verify(body, good, secret, NOW, kind="github")
+    with pytest.raises(SignatureMismatch):
+        verify(body, good[:-1] + "d", secret, NOW, kind="github")
+    # a server that expects GitHub's form does not take another one
+    with pytest.raises(SignatureMismatch, match="sha256="):
+        verify(body, good.removeprefix("sha256="), secret, NOW, kind="github")
+
+
+def test_a_named_kind_refuses_the_other_forms() -> None:
+    stripe = f"t={NOW},v1={mac(str(NOW).encode() + b'.' + BODY)}"
+    with pytest.raises(SignatureMismatch):
+        verify(BODY, stripe, SECRET, NOW, kind="github")
+    with pytest.raises(SignatureMismatch):
+        verify(BODY, "sha256=" + mac(BODY), SECRET, NOW, kind="stripe")
+
+
+def test_plain_hmac_in_hex_or_base64() -> None:
+    import base64
+
+    digest = hmac.new(SECRET, BODY, hashlib.sha256).digest()
+    for spelling in (digest.hex(), digest.hex().upper(), "sha256=" + digest.hex(),
+                     base64.b64encode(digest).decode()):
+        verify(BODY, spelling, SECRET, NOW, kind="hmac-sha256")
+    for wrong in ("", "zz" * 32, base64.b64encode(digest[::-1]).decode(), "!" * 44,
+                  digest.hex()[:-2]):
+        with pytest.raises(SignatureMismatch):
+            verify(BODY, wrong, SECRET, NOW, kind="hmac-sha256")
+
+
+def test_a_check_fed_in_pieces_equals_one_fed_whole() -> None:
+    from agentbox.signatures import Check
+
+    check = Check("sha256=" + mac(BODY), SECRET, NOW)
+    for i in range(0, len(BODY), 7):
+        check.update(BODY[i:i + 7])
+    check.verify()
+    partial = Check("sha256=" + mac(BODY), SECRET, NOW)
+    partial.update(BODY[:-1])
+    with pytest.raises(SignatureMismatch):
+        partial.verify()
+
+
+def test_unknown_kind_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="unknown signature kind"):
+        verify(BODY, "x", SECRET, NOW, kind="md5")
