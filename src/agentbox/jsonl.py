@@ -1,5 +1,8 @@
 """Bulk ingest of JSON lines: parse each line, store the good ones, report every line.
 
+The format lives here (framing, the envelope, the report); what a delivery
+must be is :mod:`agentbox.delivery`'s, the same for every way in.
+
 A bad line (invalid UTF-8 or JSON, a missing key, a payload over the bound) is
 reported and skipped; the good lines around it are stored, many per
 transaction, in the order they came.
@@ -11,8 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from agentbox.delivery import admit_value
 from agentbox.errors import BadInput
-from agentbox.jsonutil import canonical_object, loads_strict
+from agentbox.jsonutil import loads_strict
 
 if TYPE_CHECKING:
     from agentbox.store import Store
@@ -81,17 +85,8 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     unknown = set(doc) - {"source", "source_id", "payload"}
     if unknown:
         raise BadInput(f"unknown keys: {', '.join(sorted(unknown))}")
-    source, source_id = doc.get("source"), doc.get("source_id")
-    if not isinstance(source, str) or not isinstance(source_id, str):
-        raise BadInput("source and source_id must be strings")
-    payload = canonical_object(doc.get("payload", {}))
-    size = len(payload.encode("utf-8"))
-    if size > max_payload:
-        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
-    from agentbox.rules.keys import check_delivery_key
-
-    check_delivery_key(source, source_id)
-    return source, source_id, payload
+    return admit_value(doc.get("source"), doc.get("source_id"), doc.get("payload", {}),
+                       max_payload)
 
 
 def read_lines(stream: IO[bytes], max_payload: int) -> Iterator[bytes]:

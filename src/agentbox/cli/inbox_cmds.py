@@ -12,8 +12,9 @@ from agentbox.cli.app import JsonFlag, app, session
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentbox.cli.session import Session
+    from agentbox.jsonl import Report
     from agentbox.rules.records import Event, IngestResult
+    from agentbox.signatures import Check
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
 
@@ -34,28 +35,10 @@ def _open_source(name: str) -> "Iterator[IO[bytes]]":
         yield fh
 
 
-def _read_source(name: str, limit: int | None = None, what: str = "payload") -> bytes:
-    """Bytes from a file, or from stdin for '-'; never more than ``limit`` + 1 of them.
+def _signature_check(signature: str | None, secret_env: str | None, now: int) -> "Check | None":
+    """The signature check asked for, or None; made before any input is read.
 
-    Reading stops one byte past the bound, so an oversized body is refused
-    without being held in memory whole.
-    """
-    from agentbox.errors import BadInput
-
-    with _open_source(name) as stream:
-        try:
-            data = stream.read(-1 if limit is None else limit + 1)
-        except OSError as exc:
-            raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
-    if limit is not None and len(data) > limit:
-        raise BadInput(f"{what} is over the {limit}-byte limit")
-    return data
-
-
-def _signing_secret(signature: str | None, secret_env: str | None) -> bytes | None:
-    """The secret to check a signature with, or None when no check was asked for.
-
-    Called before any input is read, so a usage mistake costs nothing.
+    A usage mistake, or a signature that is malformed, costs nothing.
     """
     from agentbox.errors import UsageError
 
@@ -67,15 +50,38 @@ def _signing_secret(signature: str | None, secret_env: str | None) -> bytes | No
     if not secret:
         raise UsageError(f"environment variable {secret_env} (the signing secret) is "
                          + ("not set" if secret is None else "empty"))
-    return os.fsencode(secret)  # the variable's own bytes, whatever their encoding
+    from agentbox.signatures import Check
+
+    # the variable's own bytes, whatever their encoding
+    return Check(signature, os.fsencode(secret), now)
 
 
-def _verify(body: bytes, signature: str | None, secret: bytes | None, now: int) -> None:
-    if secret is None or signature is None:
-        return
-    from agentbox.signatures import verify
+def _stdin_is_waiting() -> bool:
+    """Whether stdin holds bytes right now; looked at, never read.
 
-    verify(body, signature, secret, now)
+    A pipe or socket with bytes buffered, or a file with bytes left past its
+    position, is waiting. A terminal, /dev/null, an empty or closed pipe is not.
+    """
+    import stat
+
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            return False
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.lseek(fd, 0, os.SEEK_CUR) < os.fstat(fd).st_size
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        import array
+        import fcntl
+        import termios
+
+        waiting = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, waiting)
+        return waiting[0] > 0
+    except (AttributeError, ValueError, OSError):  # no stdin, or not a real file
+        return False
 
 
 def _result_doc(result: "IngestResult") -> dict[str, Any]:
@@ -102,7 +108,8 @@ def ingest(
         metavar="SOURCE_ID", help="The source's own id for it (a delivery id).",
         show_default=False)] = None,
     payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--payload", "-p", metavar="JSON", help="The event as a JSON object (default {}).",
+        "--payload", "-p", metavar="JSON",
+        help="The event as a JSON object (default {}; stdin is never read for it).",
         show_default=False)] = None,
     payload_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--payload-file", "-f", metavar="FILE",
@@ -121,6 +128,13 @@ def ingest(
 ) -> None:
     """Store an event once; a repeat delivery is a duplicate, a changed one a conflict.
 
+    The payload comes from --payload or --payload-file (- for stdin); with
+    neither it is {}. stdin is read only when asked for, so a `while read`
+    loop keeps its input; but a body piped in without --payload-file would
+    be lost, so when stdin holds data and no payload was named, ingest
+    refuses (exit 2): pass --payload-file - to ingest it, or --payload '{}'
+    to leave stdin alone.
+
     Exit 0 stored or duplicate, 3 conflict (the first payload stands), 65 bad
     input, 77 signature mismatch. With --jsonl: 65 if any line was bad, else 3
     if any was a conflict, else 0.
@@ -134,28 +148,33 @@ def ingest(
         raise UsageError("ingest needs SOURCE and SOURCE_ID (or --jsonl FILE)")
     elif payload is not None and payload_file is not None:
         raise UsageError("give --payload or --payload-file, not both")
-    secret = _signing_secret(signature, secret_env)
+    elif payload is None and payload_file is None and _stdin_is_waiting():
+        raise UsageError("stdin holds data but no payload was named: pass --payload-file - "
+                         "to ingest it, or --payload '{}' to store {} and leave stdin alone")
     sess = session(ctx)
+    now = sess.now()
+    check = _signature_check(signature, secret_env, now)
     # The settings name the user, so a bad user name is refused here, before
     # any input is read or any file is made.
     max_payload = sess.settings().policy.max_payload
+    from agentbox import delivery, render
+
     if jsonl is not None:
-        _ingest_jsonl(sess, jsonl, signature, secret, max_payload, as_json)
+        with _open_source(jsonl) as stream:
+            report = delivery.accept_lines(sess.store, stream, max_payload=max_payload,
+                                           now=now, check=check)
+        _report_lines(report, as_json)
         return
     assert source is not None and source_id is not None
-    from agentbox.jsonutil import parse_payload
-    from agentbox.rules.keys import check_delivery_key
-
-    body = (payload.encode("utf-8", "surrogateescape") if payload is not None
-            else _read_source(payload_file, max_payload) if payload_file is not None
-            else b"{}")
-    now = sess.now()
-    _verify(body, signature, secret, now)
-    check_delivery_key(source, source_id)
-    canonical = parse_payload(body, max_payload)
-    result = sess.store().ingest(source, source_id, canonical, now)
-    from agentbox import render
-
+    if payload is not None:
+        body = payload.encode("utf-8", "surrogateescape")
+    elif payload_file is not None:
+        with _open_source(payload_file) as stream:
+            body = delivery.read_bounded(stream, max_payload)
+    else:
+        body = b"{}"
+    result = delivery.accept(sess.store, source, source_id, body, max_payload=max_payload,
+                             now=now, check=check)
     if as_json:
         render.document(_result_doc(result))
     else:
@@ -163,26 +182,10 @@ def ingest(
     raise typer.Exit(_OUTCOME_EXIT[result.outcome])
 
 
-def _ingest_jsonl(sess: "Session", name: str, signature: str | None, secret: bytes | None,
-                  max_payload: int, as_json: bool) -> None:
-    import io
-    from contextlib import ExitStack
-
+def _report_lines(report: "Report", as_json: bool) -> None:
     from agentbox import render
     from agentbox.errors import Exit
-    from agentbox.jsonl import ingest_stream, read_lines
 
-    now = sess.now()
-    with ExitStack() as stack:
-        stream: IO[bytes]
-        if secret is not None:
-            # The signature covers the whole body, so it is read (and checked) first.
-            body = _read_source(name)
-            _verify(body, signature, secret, now)
-            stream = io.BytesIO(body)
-        else:
-            stream = stack.enter_context(_open_source(name))
-        report = ingest_stream(sess.store(), read_lines(stream, max_payload), now, max_payload)
     if as_json:
         render.document(report.document())
     else:

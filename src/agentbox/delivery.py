@@ -1,0 +1,154 @@
+"""One way in for deliveries from outside: `ingest`, `ingest --jsonl` and `serve`.
+
+Every delivery passes the same steps in the same order, so each rule lives in
+one place whatever carried the delivery:
+
+1. the signature, when one is required, is checked over the raw bytes as
+   they are read (a :class:`agentbox.signatures.Check`), before anything is
+   parsed or stored;
+2. the body is read up to its bound and refused past it, never held whole
+   beyond it;
+3. it must parse as strict JSON (valid UTF-8, no NaN, no duplicate keys)
+   and be an object at most ``MAX_DEPTH`` levels deep;
+4. the key is checked, and the sources agentbox writes itself are refused;
+5. the canonical payload is stored, once.
+
+The front ends (the CLI and the HTTP server) only carry bytes here and turn
+what comes back, or the error raised, into an exit code or a status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from agentbox.errors import BadInput
+
+if TYPE_CHECKING:
+    from agentbox.jsonl import Report
+    from agentbox.rules.records import IngestResult
+    from agentbox.signatures import Check
+    from agentbox.store import Store
+
+CHUNK = 64 * 1024
+
+
+def check_key(source: str, source_id: str) -> None:
+    """Refuse a key no delivery may use: malformed, or one of agentbox's own sources."""
+    from agentbox.rules.keys import check_delivery_key
+
+    check_delivery_key(source, source_id)
+
+
+def is_reserved(source: str) -> bool:
+    """A source agentbox writes itself (timers, approvals): never open to deliveries."""
+    from agentbox.rules.keys import RESERVED_SOURCES
+
+    return source in RESERVED_SOURCES
+
+
+def read_bounded(stream: IO[bytes], limit: int, what: str = "payload") -> bytes:
+    """A whole body from ``stream``, refused once it passes ``limit`` bytes.
+
+    At most ``limit`` + 1 bytes are ever read: an oversized body is refused
+    without being held in memory whole.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            chunk = stream.read(min(CHUNK, limit + 1 - size))
+        except OSError as exc:
+            raise BadInput(f"cannot read the {what}: {exc.strerror or exc}") from None
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > limit:
+            raise BadInput(f"{what} is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def admit(source: str, source_id: str, body: bytes, max_payload: int,
+          check: Check | None = None) -> str:
+    """The canonical payload of one delivery whose raw body is ``body``, or an error.
+
+    ``check`` is a signature not yet fed the body; it is verified first, so a
+    forged delivery learns nothing about what the payload rules would say.
+    """
+    from agentbox.jsonutil import parse_payload
+
+    if check is not None:
+        check.update(body)
+        check.verify()
+    check_key(source, source_id)
+    return parse_payload(body, max_payload)
+
+
+def admit_value(source: Any, source_id: Any, value: Any,
+                max_payload: int) -> tuple[str, str, str]:
+    """(source, source_id, canonical payload) of a delivery that arrived parsed (a line)."""
+    from agentbox.jsonutil import canonical_object
+
+    if not isinstance(source, str) or not isinstance(source_id, str):
+        raise BadInput("source and source_id must be strings")
+    check_key(source, source_id)
+    payload = canonical_object(value)
+    size = len(payload.encode("utf-8"))
+    if size > max_payload:
+        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
+    return source, source_id, payload
+
+
+def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes, *,
+           max_payload: int, now: int, check: Check | None = None) -> IngestResult:
+    """Check one delivery and store it: stored, duplicate or conflict.
+
+    ``store`` is called only once the delivery passed every check, so a
+    refused one never opens (or creates) an inbox.
+    """
+    payload = admit(source, source_id, body, max_payload, check)
+    return store().ingest(source, source_id, payload, now)
+
+
+def accept_lines(store: Callable[[], Store], stream: IO[bytes], *, max_payload: int, now: int,
+                 check: Check | None = None) -> Report:
+    """Check and store a JSON-lines stream; every line is reported.
+
+    With a signature the whole stream must be checked before any line is
+    stored, so it is spooled to a temporary file while the HMAC is computed:
+    memory stays flat however long the stream is.
+    """
+    from agentbox.jsonl import ingest_stream, read_lines
+
+    with contextlib.ExitStack() as stack:
+        if check is not None:
+            stream = stack.enter_context(_verified_copy(stream, check))
+        return ingest_stream(store(), read_lines(stream, max_payload), now, max_payload)
+
+
+@contextlib.contextmanager
+def _verified_copy(stream: IO[bytes], check: Check) -> Iterator[IO[bytes]]:
+    """``stream`` copied to a temporary file, yielded from its start once ``check`` passes."""
+    import tempfile
+
+    from agentbox.errors import AgentboxError
+
+    with tempfile.TemporaryFile(prefix="agentbox-") as spool:
+        while True:
+            try:
+                chunk = stream.read(CHUNK)
+            except OSError as exc:
+                raise BadInput(f"cannot read the stream: {exc.strerror or exc}") from None
+            if not chunk:
+                break
+            check.update(chunk)
+            try:
+                spool.write(chunk)
+            except OSError as exc:  # a full disk is not the sender's fault: exit 1
+                raise AgentboxError(f"cannot spool the stream to check its signature: "
+                                    f"{exc.strerror or exc}") from None
+        check.verify()
+        spool.seek(0)
+        yield spool
