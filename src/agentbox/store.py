@@ -207,8 +207,16 @@ def locate(db: str | os.PathLike[str] | None = None, user: str | None = None) ->
 
 
 def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",
-               make_folders: bool = False) -> Store:
-    """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox)."""
+               make_folders: bool = False, busy_timeout: float | None = None) -> Store:
+    """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox).
+
+    ``busy_timeout`` (seconds) bounds how long a write waits for the inbox's
+    lock before :class:`~agentbox.errors.Busy`, for a caller that must answer
+    sooner than the backend's own wait (a server whose clients give up).
+    """
     from agentbox.backends.sqlite.store import SqliteStore
 
-    return SqliteStore(target, synchronous=synchronous, make_folders=make_folders)
+    store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders)
+    if busy_timeout is not None:
+        store.conn.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout * 1000))}")
+    return store

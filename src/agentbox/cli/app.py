@@ -20,6 +20,7 @@ from agentbox.cli.session import Session
 # being run is imported: start-up is paid once per webhook delivery.
 COMMANDS: dict[str, str] = {
     "ingest": "inbox_cmds",
+    "serve": "serve_cmd",
     "run": "run_cmd",
     "dispatch": "dispatch_cmds",
     "status": "inbox_cmds",

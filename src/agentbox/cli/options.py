@@ -1,4 +1,4 @@
-"""Option parsing shared by several commands: durations and commands given on the line."""
+"""Option parsing shared by several commands: durations, commands, addresses."""
 
 from __future__ import annotations
 
@@ -44,6 +44,18 @@ def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[s
     if value is None:
         return None
     return _as_usage(name, lambda: parse_command(value))
+
+
+def listen_flag(name: str, value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT`` for IPv6; port 0 picks a free one) as a socket address."""
+    from agentbox.errors import UsageError
+
+    host, colon, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise UsageError(f"{name}: expected HOST:PORT (e.g. 127.0.0.1:8787 or [::1]:8787), "
+                         f"not {value!r}")
+    return host, int(port)
 
 
 def offer(values: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:

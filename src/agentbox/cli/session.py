@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -37,14 +37,22 @@ class Session:
 
     def store(self) -> Store:
         if self._store is None:
-            from agentbox.store import is_url, open_store
-
-            target = self.db_target
-            # A file is the inbox itself: a --db file needs no usable user name.
-            user = self.user if is_url(target) else self.user_or_none() or ""
-            # The user's own folders are made by db_target; a --db folder must exist.
-            self._store = open_store(target, user)
+            self._store = self.store_factory()()
         return self._store
+
+    def store_factory(self, busy_timeout: float | None = None) -> Callable[[], Store]:
+        """A callable that opens a new store on this inbox each time: one per server thread.
+
+        ``busy_timeout`` (seconds) bounds each write's wait for the inbox's lock,
+        for a caller that must answer sooner than the store's own wait.
+        """
+        from agentbox.store import is_url, open_store
+
+        target = self.db_target
+        # A file is the inbox itself: a --db file needs no usable user name.
+        user = self.user if is_url(target) else self.user_or_none() or ""
+        # The user's own folders are made by db_target; a --db folder must exist.
+        return lambda: open_store(target, user, busy_timeout=busy_timeout)
 
     def user_or_none(self) -> str | None:
         """The user, or None where only an unusable login name stands behind --db."""

@@ -1,0 +1,98 @@
+"""serve: receive webhooks over HTTP into the selected user's inbox."""
+
+
+from typing import Annotated, Optional
+
+import typer
+
+from agentbox.cli.app import app, session
+from agentbox.cli.options import duration_flag, listen_flag
+
+DEFAULT_LISTEN = "127.0.0.1:8787"
+DEFAULT_BUSY_TIMEOUT = 5  # seconds: well inside the 10 s a webhook sender typically waits
+DEFAULT_REQUEST_TIMEOUT = 10
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    listen: Annotated[str, typer.Option(
+        "--listen", metavar="HOST:PORT",
+        help="Where to listen ([::1]:PORT for IPv6; port 0 picks a free one).")] = DEFAULT_LISTEN,
+    threads: Annotated[int, typer.Option(
+        "--threads", min=1, max=256, help="Requests answered at once.")] = 16,
+    busy_timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--busy-timeout", metavar="DURATION",
+        help="How long a delivery waits for the database before a 503 (default 5s).",
+        show_default=False)] = None,
+    request_timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--request-timeout", metavar="DURATION",
+        help="How long a client has to send a whole request, however it trickles "
+        "(default 10s).", show_default=False)] = None,
+) -> None:
+    """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
+
+    The delivery id comes from the source's id_header (default
+    Idempotency-Key); sources are set in config.toml as [sources.NAME]
+    tables (id_header, secret_env, signature, signature_header). Each answer
+    comes after the commit: 200 stored or duplicate, 409 conflict, 400 bad
+    JSON or no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
+    GET /healthz answers 200. SIGTERM or Ctrl-C stops accepting, finishes
+    the requests under way and exits 0.
+    """
+    import math
+    import os
+    import signal
+    import threading
+
+    from agentbox import config, paths, render
+    from agentbox.errors import AgentboxError, UsageError
+    from agentbox.httpserver import Server
+    from agentbox.serve import WebhookApp
+
+    address = listen_flag("--listen", listen)
+    wait = duration_flag("--busy-timeout", busy_timeout) or DEFAULT_BUSY_TIMEOUT
+    deadline = duration_flag("--request-timeout", request_timeout) or DEFAULT_REQUEST_TIMEOUT
+    sess = session(ctx)
+    max_payload = sess.settings().policy.max_payload
+    sources = config.sources(paths.config_path(), sess.user)
+    secrets = {}
+    for name, source in sources.items():
+        if source.secret_env is not None:
+            secret = os.environ.get(source.secret_env)
+            if not secret:
+                raise UsageError(f"source {name}: environment variable {source.secret_env} "
+                                 "(its signing secret) is " + ("not set" if secret is None
+                                                                else "empty"))
+            secrets[name] = os.fsencode(secret)
+    open_store = sess.store_factory(busy_timeout=wait)
+    open_store().close()  # the inbox opens (made, migrated) before anything is accepted
+    log_lock = threading.Lock()
+
+    def log(message: str) -> None:
+        with log_lock:
+            render.notice(message)
+
+    web = WebhookApp(open_store, sources, secrets, max_payload, sess.now,
+                     retry_after=max(1, math.ceil(wait)), log=log)
+    try:
+        server = Server(address, web, threads=threads, request_timeout=deadline, log=log)
+    except OSError as exc:
+        raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+
+    def stop(signum: int, _frame: object) -> None:
+        if not server.stopping:
+            log(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
+        server.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    host, port = server.address
+    shown = f"[{host}]" if ":" in host else host
+    log(f"serving {sess.user_or_none() or sess.db_target} on http://{shown}:{port}/ "
+        "(POST /hooks/SOURCE, GET /healthz)")
+    try:
+        server.serve()
+    finally:
+        web.close()
+    log("stopped")
