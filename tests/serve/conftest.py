@@ -68,10 +68,11 @@ class Served:
         return self.proc.wait(timeout=timeout)
 
 
-def start_server(home: Path, *args: str, env: Mapping[str, str] | None = None) -> Served:
-    """Start `python -m agentbox serve` on a free port and wait until it listens."""
+def start_server(home: Path, *args: str, env: Mapping[str, str] | None = None,
+                 port: int = 0) -> Served:
+    """Start `python -m agentbox serve` (on a free port by default); wait until it listens."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentbox", "serve", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "agentbox", "serve", "--listen", f"127.0.0.1:{port}", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**proc_env(home, AGENTBOX_NOW=str(T0)), **(env or {})})
     served = Served(proc)
