@@ -28,9 +28,9 @@ together this way:
   gives the connection back to the loop for the next request (keep-alive) or
   closes it.
 * Deadlines: ``request_timeout`` for a whole request, head and body, from its
-  first byte, however it trickles; ``idle_timeout`` for a kept-alive connection
-  with no request. At most ``max_connections`` are open; past that a new one is
-  answered 503 and closed.
+  first byte, however it trickles (and for a new connection to begin one);
+  ``idle_timeout`` for a kept-alive connection between requests. At most
+  ``max_connections`` are open; past that a new one is answered 503 and closed.
 * :meth:`Server.stop` (safe from a signal handler) stops accepting at once,
   closes idle connections, lets every started request finish (its answer says
   ``Connection: close``), and makes :meth:`Server.serve` return.
@@ -388,10 +388,12 @@ class Server:
         next_sweep = 0.0
         with ThreadPoolExecutor(self.threads, thread_name_prefix="agentbox-serve") as pool:
 
-            def park(conn: _Conn) -> None:
+            def park(conn: _Conn, fresh: bool = False) -> None:
+                # A new connection, or one holding part of its next request, has
+                # request_timeout to send it whole; an idle kept-alive one idle_timeout.
                 conn.sock.setblocking(False)
-                if not conn.buf:
-                    conn.deadline = time.monotonic() + self.idle_timeout
+                conn.deadline = time.monotonic() + (
+                    self.request_timeout if fresh or conn.buf else self.idle_timeout)
                 parked[conn] = None
                 selector.register(conn.sock, selectors.EVENT_READ, conn)
 
@@ -417,7 +419,7 @@ class Server:
                 for key, _ in selector.select(timeout=0.25):
                     if key.data is None:
                         for conn in self._accept():
-                            park(conn)
+                            park(conn, fresh=True)
                     elif key.data == "wake":
                         with contextlib.suppress(BlockingIOError):
                             os.read(self._wake_r, 4096)
