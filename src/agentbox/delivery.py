@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from agentbox.errors import BadInput
@@ -102,14 +103,17 @@ def admit_value(source: Any, source_id: Any, value: Any,
 
 
 def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes, *,
-           max_payload: int, now: int, check: Check | None = None) -> IngestResult:
+           max_payload: int, now: int, check: Check | None = None,
+           turn: AbstractContextManager[object] | None = None) -> IngestResult:
     """Check one delivery and store it: stored, duplicate or conflict.
 
     ``store`` is called only once the delivery passed every check, so a
-    refused one never opens (or creates) an inbox.
+    refused one never opens (or creates) an inbox. ``turn``, if given, is
+    held around the write alone (a server's threads take turns there).
     """
     payload = admit(source, source_id, body, max_payload, check)
-    return store().ingest(source, source_id, payload, now)
+    with turn or contextlib.nullcontext():
+        return store().ingest(source, source_id, payload, now)
 
 
 def accept_lines(store: Callable[[], Store], stream: IO[bytes], *, max_payload: int, now: int,

@@ -23,6 +23,7 @@ so no connection is ever shared between threads.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,18 +42,42 @@ if TYPE_CHECKING:
 HOOKS = "/hooks/"
 
 
+class WriteTurn:
+    """The worker threads' turns at the database, taken in the process.
+
+    SQLite lets one writer in at a time, and a connection that finds the
+    lock taken sleeps in its busy handler, in steps up to 100 ms, before it
+    looks again: with many threads that polling, not the writes, sets the
+    slowest answers. Threads queue on a lock instead and each finds the
+    database free; other processes (`run`, `ingest`) still queue in SQLite.
+    Waiting for a turn counts against the same bound as waiting for SQLite.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self._lock = threading.Lock()
+        self._timeout = timeout
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=self._timeout):
+            raise Busy(f"no turn at the database within {self._timeout:g}s")
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class WebhookApp:
     """The routes of ``agentbox serve``; called by the server's worker threads."""
 
     def __init__(self, open_store: Callable[[], Store], sources: Mapping[str, Source],
                  secrets: Mapping[str, bytes], max_payload: int, clock: Callable[[], int],
-                 retry_after: int, log: Callable[[str], None]) -> None:
+                 busy_timeout: float, log: Callable[[str], None]) -> None:
         self._open_store = open_store
         self._sources = dict(sources)
         self._secrets = dict(secrets)
         self._max_payload = max_payload
         self._clock = clock
-        self._retry_after = retry_after
+        self._retry_after = max(1, math.ceil(busy_timeout))
+        self._turn = WriteTurn(busy_timeout)
         self._log = log
         self._local = threading.local()
         self._stores: list[Store] = []
@@ -102,7 +127,8 @@ class WebhookApp:
         body = request.body(self._max_payload)
         try:
             result = delivery.accept(self.store, source, source_id, body,
-                                     max_payload=self._max_payload, now=now, check=check)
+                                     max_payload=self._max_payload, now=now, check=check,
+                                     turn=self._turn)
         except SignatureMismatch as exc:
             raise HTTPError(401, str(exc)) from None
         except BadInput as exc:

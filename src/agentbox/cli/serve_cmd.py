@@ -40,7 +40,6 @@ def serve(
     GET /healthz answers 200. SIGTERM or Ctrl-C stops accepting, finishes
     the requests under way and exits 0.
     """
-    import math
     import os
     import signal
     import threading
@@ -74,7 +73,7 @@ def serve(
             render.notice(message)
 
     web = WebhookApp(open_store, sources, secrets, max_payload, sess.now,
-                     retry_after=max(1, math.ceil(wait)), log=log)
+                     busy_timeout=wait, log=log)
     try:
         server = Server(address, web, threads=threads, request_timeout=deadline, log=log)
     except OSError as exc:
