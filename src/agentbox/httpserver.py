@@ -460,6 +460,7 @@ class Server:
                 return accepted
             except OSError as exc:  # out of file descriptors, for one
                 self.log(f"cannot accept a connection: {exc}")
+                time.sleep(0.1)  # the listener stays readable: do not spin on it
                 return accepted
             conn = _Conn(sock, peer, self.write_timeout)
             with self._lock:
