@@ -21,7 +21,9 @@ from agentbox.jsonutil import loads_strict
 if TYPE_CHECKING:
     from agentbox.store import Store
 
-CHUNK = 1000
+# Lines stored per transaction: large enough that a stream pays few commits (each
+# one an fsync), small enough that other writers wait tens of milliseconds at most.
+CHUNK = 5000
 ENVELOPE_SLACK = 4096  # bytes a line may carry beyond its payload (keys, quoting)
 
 

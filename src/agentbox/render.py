@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,6 +71,12 @@ def data(text: str) -> None:
 def line(text: str = "") -> None:
     """One line for people on stdout; control characters (newlines too) escaped."""
     data(printable(text))
+
+
+def lines(texts: Iterable[str]) -> None:
+    """Many lines for people, written at once: a 20,000-line report is one flush, not 20,000."""
+    sys.stdout.write("".join(printable(text) + "\n" for text in texts))
+    sys.stdout.flush()
 
 
 def error(message: str) -> None:

@@ -70,7 +70,11 @@ class Store(Protocol):
 
     def ingest_many(self, items: Iterable[tuple[str, str, str]],
                     now: int) -> list[IngestResult]:
-        """Store many (source, source_id, payload) items, in order, in a few transactions."""
+        """Store many (source, source_id, payload) items, in order, in one transaction.
+
+        All or nothing: the caller sizes the batch (``agentbox ingest --jsonl``
+        sends a few thousand at a time), which bounds how long it holds writers up.
+        """
 
     def event(self, event_id: int) -> Event | None:
         """One event by id, in any state."""

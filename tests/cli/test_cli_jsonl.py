@@ -122,11 +122,10 @@ def test_missing_jsonl_file_is_65(cli: Cli, tmp_path: Path, one_error: Any) -> N
 def test_stream_larger_than_one_chunk(cli: Cli, inbox: Path, query: Any) -> None:
     from agentbox.jsonl import CHUNK
 
-    total = 2_500
-    assert total > 2 * CHUNK
+    total = 2 * CHUNK + CHUNK // 2
     good = [line("bulk", f"k{i}", {"i": i}) for i in range(total)]
     # a bad line in the middle of the second chunk and duplicates at the end
-    good.insert(1_500, "not json")
+    good.insert(CHUNK + CHUNK // 2, "not json")
     stream = "\n".join([*good, *good[:10]]) + "\n"
     result = cli("ingest", "--jsonl", "-", "--json", stdin=stream, now=T0)
     assert result.code == 65

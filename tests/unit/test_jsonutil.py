@@ -112,21 +112,42 @@ def test_what_names_the_input_in_messages() -> None:
 
 @pytest.mark.parametrize(("value", "levels"), [
     (1, 0), ({}, 1), ([], 1), ({"a": 1, "b": "x"}, 1), ({"a": []}, 2), ([{}, [[{}]]], 4),
-    ({"a": {"b": {"c": {}}}, "d": [1]}, 4),
+    ({"a": {"b": {"c": {}}}, "d": [1]}, 4), ({"[{": "}]]]", "b": ['"[', "\\"]}, 2),
+    ({"a\\\"[": [{"x": "\\"}]}, 3),
 ])
 def test_depth_counts_levels_of_objects_and_arrays(value: Any, levels: int) -> None:
-    from agentbox.jsonutil import depth
+    from agentbox.jsonutil import text_depth
 
-    assert depth(value) == levels
+    assert text_depth(canonical(value)) == levels
 
 
 def test_canonical_object_refuses_one_level_past_the_bound() -> None:
-    from agentbox.jsonutil import MAX_DEPTH, depth
+    from agentbox.jsonutil import MAX_DEPTH, text_depth
 
     value: Any = {}
     for level in range(MAX_DEPTH - 1):  # objects and arrays in turn, MAX_DEPTH levels
         value = [value] if level % 2 else {"k": value}
-    assert depth(value) == MAX_DEPTH
+    assert text_depth(canonical(value)) == MAX_DEPTH
     assert canonical_object(value) == canonical(value)
     with pytest.raises(BadInput, match=f"nested more than {MAX_DEPTH} levels"):
         canonical_object({"over": value})
+
+
+def _levels(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_levels, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_levels, value), default=0)
+    return 0
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                     lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+                     max_leaves=30)
+
+
+@given(_JSON)
+def test_text_depth_agrees_with_walking_the_value(value: Any) -> None:
+    from agentbox.jsonutil import text_depth
+
+    assert text_depth(canonical(value)) == _levels(value)

@@ -189,8 +189,7 @@ def _report_lines(report: "Report", as_json: bool) -> None:
     if as_json:
         render.document(report.document())
     else:
-        for entry in report.entries:
-            render.line(entry.describe())
+        render.lines(entry.describe() for entry in report.entries)
         render.notice(report.summary())
     raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
 

@@ -15,8 +15,6 @@ from agentbox.rules.inbox import stored_entry
 from agentbox.rules.keys import check_key
 from agentbox.rules.records import Entry, Event, IngestResult
 
-INGEST_CHUNK = 1000  # rows per transaction in bulk ingest
-
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
             "error, created_at, updated_at")
 
@@ -66,26 +64,15 @@ def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
 
 
 def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
-                now: int, chunk: int = INGEST_CHUNK) -> list[IngestResult]:
-    """Store many checked events, ``chunk`` per transaction, in order."""
-    results: list[IngestResult] = []
-    batch: list[tuple[str, str, str]] = []
-
-    def flush() -> None:
-        with write(conn):
-            done = [store_in(conn, s, i, p, now, counted=False) for s, i, p in batch]
-            count_stored(conn, sum(r.outcome == "stored" for r in done))
-        results.extend(done)
-        batch.clear()
-
-    for source, source_id, payload in items:
+                now: int) -> list[IngestResult]:
+    """Store many events in one transaction, in order; the caller sizes the batch."""
+    checked = list(items)
+    for source, source_id, _ in checked:
         check_key(source, source_id)
-        batch.append((source, source_id, payload))
-        if len(batch) >= chunk:
-            flush()
-    if batch:
-        flush()
-    return results
+    with write(conn):
+        done = [store_in(conn, s, i, p, now, counted=False) for s, i, p in checked]
+        count_stored(conn, sum(r.outcome == "stored" for r in done))
+    return done
 
 
 def events_where(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> list[Event]:
