@@ -54,6 +54,24 @@ def test_ingest_many_answers_item_by_item(backend: Store) -> None:
     assert backend.ingest_many([], T) == []
 
 
+def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Store) -> None:
+    first = backend.ingest("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}', T)
+    results = backend.ingest_many([
+        ("new", "ü-1", '{"a":"é"}'), ("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}'),
+        ("s'; DROP TABLE events; --", "é \"1\"", '{"v":2}'), ("new", "ü-2", "{}"),
+        ("new", "ü-1", '{"a":"e"}')], T + 1)
+    assert [r.outcome for r in results] == ["stored", "duplicate", "conflict", "stored",
+                                            "conflict"]
+    assert results[1].id == results[2].id == first.id
+    assert first.id < results[0].id < results[3].id == results[4].id + 1
+    assert (results[0].source, results[0].source_id) == ("new", "ü-1")
+    stored = backend.find("new", "ü-1")
+    assert stored is not None and stored.payload == '{"a":"é"}'
+    assert [e.action for e in backend.story(first.id)] == ["stored", "conflict"]
+    assert [e.action for e in backend.story(results[0].id)] == ["stored", "conflict"]
+    assert backend.status().events["pending"] == 3
+
+
 def test_bad_keys_are_refused_before_anything_is_stored(backend: Store) -> None:
     for source, source_id in (("", "1"), ("s", ""), ("s", "a\x00")):
         with pytest.raises(BadInput):

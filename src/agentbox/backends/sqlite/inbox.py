@@ -37,6 +37,12 @@ def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str
     event_id, stored = conn.execute(
         "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",
         (source, source_id)).fetchone()
+    return _against(conn, source, source_id, payload, event_id, stored, now, record_conflict)
+
+
+def _against(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
+             event_id: int, stored: str, now: int, record_conflict: bool = True) -> IngestResult:
+    """A delivery whose key is taken: a duplicate of what is stored, or a conflict."""
     if stored == payload:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
@@ -65,14 +71,52 @@ def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
 
 def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
                 now: int) -> list[IngestResult]:
-    """Store many events in one transaction, in order; the caller sizes the batch."""
+    """Store many events in one transaction, in order; the caller sizes the batch.
+
+    One INSERT ... SELECT over the batch (sent as a JSON array) stores every
+    new key; the keys it did not store are read back in one query and judged
+    one by one, in input order, so a key repeated inside the batch is a
+    duplicate or conflict of its first line, as it would be line by line.
+    """
+    import json
+
     checked = list(items)
     for source, source_id, _ in checked:
         check_key(source, source_id)
     with write(conn):
-        done = [store_in(conn, s, i, p, now, counted=False) for s, i, p in checked]
-        count_stored(conn, sum(r.outcome == "stored" for r in done))
-    return done
+        new = {(s, i): n for n, s, i in conn.execute(
+            """INSERT INTO events (source, source_id, payload, created_at, updated_at)
+               SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                      json_extract(value, '$[2]'), ?, ? FROM json_each(?)
+               WHERE true ORDER BY key
+               ON CONFLICT (source, source_id) DO NOTHING
+               RETURNING id, source, source_id""", (now, now, json.dumps(checked))).fetchall()}
+        count_stored(conn, len(new))
+        taken = _existing(conn, [(s, i) for s, i, _ in checked if (s, i) not in new])
+        results: list[IngestResult] = []
+        for source, source_id, payload in checked:
+            key = (source, source_id)
+            if key in new:
+                results.append(IngestResult("stored", new.pop(key), source, source_id))
+                continue
+            event_id, stored = taken[key] if key in taken else _existing(conn, [key])[key]
+            results.append(_against(conn, source, source_id, payload, event_id, stored, now))
+        return results
+
+
+def _existing(conn: sqlite3.Connection,
+              keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
+    """(id, payload) of the events stored under ``keys``."""
+    import json
+
+    if not keys:
+        return {}
+    rows = conn.execute(
+        """SELECT e.source, e.source_id, e.id, e.payload FROM json_each(?) AS k
+           JOIN events AS e ON e.source = json_extract(k.value, '$[0]')
+                            AND e.source_id = json_extract(k.value, '$[1]')""",
+        (json.dumps(keys),)).fetchall()
+    return {(s, i): (n, p) for s, i, n, p in rows}
 
 
 def events_where(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> list[Event]:
