@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -82,9 +83,29 @@ def _database(value: Any) -> str:
     return value
 
 
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*", re.ASCII)
+
+
+def _zone_name(value: Any) -> str:
+    """A time zone name. Whether the zone exists is checked where it is used (and by
+    ``config set``), so reading the config never loads the zone database."""
+    if not isinstance(value, str) or not _ZONE_NAME.fullmatch(value):
+        raise BadInput(f"not a time zone name: {value!r} (use an IANA name such as "
+                       "Europe/Berlin or UTC)")
+    return value
+
+
+def _known_zone(value: Any) -> None:
+    from agentbox.calendar import zone
+
+    zone(value)
+
+
 class Key(NamedTuple):
     parse: Callable[[Any], Any]
     help: str
+    # A fuller check made when the value is set, too costly to repeat on every read.
+    check: Callable[[Any], None] | None = None
 
 
 KEYS: dict[str, Key] = {
@@ -106,6 +127,8 @@ KEYS: dict[str, Key] = {
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "
                                "(one file per user under the data folder)"),
+    "timezone": Key(_zone_name, "zone of cron timers and of times written without one "
+                    "(TZ, else the system's)", check=_known_zone),
 }
 _POLICY_FIELDS = set(Policy._fields)
 
@@ -115,11 +138,12 @@ class Settings(NamedTuple):
     handler: list[str] | None
     sender: list[str] | None
     database: str | None
+    timezone: str | None
     origins: dict[str, str]  # key -> "default" | "config" | "config [users.NAME]" | "flag"
 
     def value(self, key: str) -> Any:
         """The value in force for one of :data:`KEYS`."""
-        return (getattr(self, key) if key in ("handler", "sender", "database")
+        return (getattr(self, key) if key in ("handler", "sender", "database", "timezone")
                 else getattr(self.policy, key))
 
 
@@ -195,7 +219,7 @@ def _resolve(doc: dict[str, Any], path: Path, user: str,
         origins.update(dict.fromkeys(layer, origin))
     policy = Policy(**{k: v for k, v in values.items() if k in _POLICY_FIELDS})
     return Settings(policy, values.get("handler"), values.get("sender"), values.get("database"),
-                    origins)
+                    values.get("timezone"), origins)
 
 
 def _known(key: str) -> None:
@@ -310,7 +334,7 @@ def _source(name: str, values: Mapping[str, Any], where: str) -> Source:
     return Source(values.get("id_header", DEFAULT_ID_HEADER), secret_env, kind, header)
 
 
-_TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database"})  # never stored as numbers
+_TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone"})  # not numbers
 LOCK_WAIT = 10.0  # seconds a writer waits for another one before giving up (exit 75)
 
 
@@ -325,6 +349,9 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     try:
         KEYS[key].parse(value)
+        check = KEYS[key].check
+        if check is not None:
+            check(value)
         raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
     except BadInput as exc:
         raise UsageError(f"{key}: {exc}") from None

@@ -37,10 +37,12 @@ def parse_duration(text: str | int) -> int:
     return seconds
 
 
-def parse_time(text: str, now: int) -> int:
-    """A point in time: Unix seconds, ISO 8601 (no zone = local time), ``now``,
-    or ``+DURATION`` from now.
+def parse_time(text: str, now: int) -> int | datetime:
+    """A point in time: Unix seconds, ISO 8601, ``now``, or ``+DURATION`` from now.
 
+    An ISO 8601 time without a zone is a wall-clock time: it comes back as a
+    naive datetime for the caller to place in a zone (``calendar.from_local``,
+    which refuses a time the zone skips); every other form as Unix seconds.
     Only the years 1 to 9999 are times: beyond them a date cannot be shown,
     and a number cannot be stored as an SQLite integer.
     """
@@ -54,8 +56,10 @@ def parse_time(text: str, now: int) -> int:
             moment = int(spelled)
         else:
             parsed = datetime.fromisoformat(spelled)
-            moment = int((parsed if parsed.tzinfo else parsed.astimezone()).timestamp())
-    except (ValueError, OverflowError, OSError):  # also: a local time past year 1 or 9999
+            if parsed.tzinfo is None:
+                return parsed
+            moment = int(parsed.timestamp())
+    except ValueError:
         raise BadInput(f"not a time: {text!r} (use Unix seconds, ISO 8601, "
                        "'now' or '+DURATION')") from None
     if not FIRST_TIME <= moment <= LAST_TIME:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -50,7 +51,14 @@ def test_parse_time(text: str, expected: int) -> None:
     assert parse_time(text, 1_000) == expected
 
 
-@pytest.mark.parametrize("text", ["soon", "--5", "²", "+0", "+x", ""])
+def test_a_time_without_a_zone_is_a_wall_clock_reading() -> None:
+    # placing it in a zone is calendar.from_local's job, which refuses skipped times
+    assert parse_time("2026-03-08T02:30", 1_000) == datetime(2026, 3, 8, 2, 30)
+    assert parse_time(" 0001-01-01 ", 1_000) == datetime(1, 1, 1)
+
+
+@pytest.mark.parametrize("text", ["soon", "--5", "²", "+0", "+x", "", "2026-02-30T10:00",
+                                  "0001-01-01T00:00+01:00"])
 def test_parse_time_refused(text: str) -> None:
     with pytest.raises(BadInput):
         parse_time(text, 1_000)

@@ -1,9 +1,12 @@
-"""Option parsing shared by several commands: durations, commands, addresses."""
+"""Option parsing shared by several commands: durations, times, commands, addresses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 T = TypeVar("T")
 
@@ -25,11 +28,24 @@ def duration_flag(name: str, value: str | None) -> int | None:
     return None if value is None else _as_usage(name, lambda: parse_duration(value))
 
 
-def time_flag(name: str, value: str, now: int) -> int:
-    """A time flag as Unix seconds; a bad spelling is a usage error naming the flag."""
+def time_flag(name: str, value: str, now: int, zone: Callable[[], ZoneInfo]) -> int:
+    """A time flag as Unix seconds; a bad spelling is a usage error naming the flag.
+
+    A time written without a zone is read in ``zone()``; one the clocks skip
+    there is bad input (65), like any other time that cannot be.
+    """
     from agentbox.durations import parse_time
 
-    return _as_usage(name, lambda: parse_time(value, now))
+    when = _as_usage(name, lambda: parse_time(value, now))
+    if isinstance(when, int):
+        return when
+    from agentbox.calendar import from_local
+    from agentbox.errors import BadInput
+
+    try:
+        return from_local(when, zone())
+    except BadInput as exc:
+        raise BadInput(f"{name}: {exc}") from None
 
 
 def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[str] | None:

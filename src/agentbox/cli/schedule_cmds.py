@@ -78,7 +78,8 @@ def schedule_add(
     sess = session(ctx)
     now = sess.now()
     interval = duration_flag("--every", every)
-    when = time_flag("--at" if at is not None else "--start", at or start or "now", now)
+    when = time_flag("--at" if at is not None else "--start", at or start or "now", now,
+                     sess.zone)
     settings = sess.settings()
     body = "{}" if payload is None else parse_payload(payload, settings.policy.max_payload)
     spec = TimerSpec(name=name, due=when, every=interval, payload=body,

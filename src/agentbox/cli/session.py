@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from agentbox import clock, paths
 
 if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
     from agentbox.config import Settings
     from agentbox.store import Store
 
@@ -34,6 +36,12 @@ class Session:
         from agentbox import config
 
         return config.resolve(paths.config_path(), self.user, flags)
+
+    def zone(self) -> ZoneInfo:
+        """The zone a time written without one is read in: config, else TZ, else the system's."""
+        from agentbox.calendar import local_zone
+
+        return local_zone(self.settings().timezone)
 
     def store(self) -> Store:
         if self._store is None:
