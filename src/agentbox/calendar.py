@@ -48,7 +48,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentbox.durations import FIRST_TIME, LAST_TIME
@@ -222,34 +221,10 @@ def next_after(expr: str, tz: str, t: int) -> int | None:
     return next(occurrences(expr, zone(tz), t), None)
 
 
-class Schedule(Protocol):
-    """When a recurring timer fires: every N seconds, or a cron expression in a zone."""
-
-    def after(self, at: int) -> int | None:
-        """The occurrence following ``at``, itself an occurrence; None if none follows."""
-        ...
-
-    def span(self, first: int, now: int) -> tuple[int, int, int | None]:
-        """From the occurrence ``first`` (at or before ``now``): the latest occurrence
-        up to ``now``, how many occurrences after ``first`` that is, and the next one."""
-        ...
-
-
-@dataclass(frozen=True)
-class Every:
-    seconds: int
-
-    def after(self, at: int) -> int:
-        return at + self.seconds
-
-    def span(self, first: int, now: int) -> tuple[int, int, int]:
-        missed = (now - first) // self.seconds
-        latest = first + missed * self.seconds
-        return latest, missed, latest + self.seconds
-
-
 @dataclass(frozen=True)
 class Cron:
+    """A cron timer's schedule (:class:`agentbox.rules.timers.Schedule`)."""
+
     expr: str
     tz: str
 
@@ -263,44 +238,3 @@ class Cron:
                 return latest, missed, at
             latest, missed = at, missed + 1
         return latest, missed, None
-
-
-@dataclass(frozen=True)
-class Owed:
-    """What one scheduler pass owes a due timer: events and the timer's next due time."""
-
-    events: tuple[tuple[int, int], ...]  # (scheduled_for, skipped), oldest first
-    next_due: int | None  # None: the timer is spent
-
-
-def _take(schedule: Schedule, first: int, count: int) -> list[int]:
-    """The first ``count`` occurrences from ``first`` on (all known to exist)."""
-    taken = [first] if count > 0 else []
-    while 0 < len(taken) < count:
-        following = schedule.after(taken[-1])
-        if following is None:
-            break
-        taken.append(following)
-    return taken
-
-
-def owed(schedule: Schedule | None, due: int, now: int, catch_up: str, limit: int) -> Owed:
-    """The events a timer due at ``due`` (<= ``now``) owes at ``now``.
-
-    A one-off (no schedule) fires once. ``coalesce`` writes one event for the
-    latest occurrence, ``skipped`` counting the earlier ones; ``each`` writes
-    one event per occurrence, but past ``limit`` the first ``limit - 1`` go
-    alone and the rest coalesce into the latest. The last event is always the
-    latest occurrence, so the next due time follows it.
-    """
-    if schedule is None:
-        return Owed(((due, 0),), None)
-    latest, missed, following = schedule.span(due, now)
-    if catch_up == "coalesce" or missed == 0:
-        events = [(latest, missed)]
-    elif missed < limit:
-        events = [(at, 0) for at in _take(schedule, due, missed + 1)]
-    else:
-        alone = [(at, 0) for at in _take(schedule, due, limit - 1)]
-        events = [*alone, (latest, missed - (limit - 1))]
-    return Owed(tuple(events), following)

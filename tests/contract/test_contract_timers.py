@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import TimerSpec
+from agentbox.rules.timers import cron_due
 from agentbox.store import Store
 
 from .kit import T
@@ -158,3 +162,107 @@ def test_catch_up_each_counts_up_to_the_limit_exactly(backend: Store, limit: int
         assert (bodies[-1]["scheduled_for"], bodies[-1]["skipped"]) == (now, coalesced - 1)
     [timer] = backend.timers()
     assert timer.due == now + H
+
+
+# -- calendar timers: a cron expression in a time zone ------------------------
+
+NY = "America/New_York"
+WEEKDAYS = TimerSpec(name="standup", due=1773057600, every=None, cron="0 8 * * 1-5", tz=NY)
+MON_0800_EDT = 1773057600  # 2026-03-09, the Monday after clocks sprang forward
+
+
+def local(at: int, tz: str = NY) -> str:
+    return datetime.fromtimestamp(at, ZoneInfo(tz)).isoformat()
+
+
+def cron_timer(name: str, cron: str, tz: str, now: int, catch_up: str = "coalesce") -> TimerSpec:
+    return TimerSpec(name=name, due=cron_due(cron, tz, now), every=None, cron=cron, tz=tz,
+                     catch_up=catch_up)
+
+
+def test_a_cron_timer_keeps_its_expression_and_zone(backend: Store) -> None:
+    assert backend.add_timer(WEEKDAYS, T) == "added"
+    [timer] = backend.timers()
+    assert (timer.cron, timer.tz, timer.every, timer.due) == (
+        "0 8 * * 1-5", NY, None, MON_0800_EDT)
+    assert backend.add_timer(WEEKDAYS, T + 5) == "unchanged"
+    elsewhere = replace(WEEKDAYS, tz="Europe/Berlin")
+    with pytest.raises(NotAsAsked):
+        backend.add_timer(elsewhere, T)
+    assert backend.add_timer(elsewhere, T, replace=True) == "replaced"
+    assert backend.timers()[0].tz == "Europe/Berlin"
+    assert backend.status().next_timer == backend.timers()[0]
+
+
+@pytest.mark.parametrize("spec", [
+    replace(WEEKDAYS, tz=None), replace(WEEKDAYS, cron=None), replace(WEEKDAYS, every=DAY),
+    replace(WEEKDAYS, cron="61 * * * *"), replace(WEEKDAYS, cron="0 8 * * 1-5 2026"),
+    replace(WEEKDAYS, tz="Mars/Olympus"), replace(WEEKDAYS, event_source="x", event_id="y"),
+], ids=["no-zone", "zone-alone", "also-every", "bad-minute", "six-fields", "bad-zone",
+        "fixed-key"])
+def test_a_bad_cron_timer_is_refused_and_nothing_is_stored(backend: Store,
+                                                           spec: TimerSpec) -> None:
+    with pytest.raises(BadInput):
+        backend.add_timer(spec, T)
+    assert backend.timers(include_done=True) == []
+
+
+def test_a_daily_cron_timer_fires_at_its_local_time_on_both_sides_of_a_change(
+        backend: Store) -> None:
+    added = 1772816400  # 2026-03-06 12:00 EST
+    backend.add_timer(cron_timer("digest", "0 8 * * *", NY, added), added)
+    times = []
+    for _ in range(3):
+        [timer] = backend.timers()
+        assert backend.tick(timer.due - 1) == 0
+        assert (backend.tick(timer.due), backend.tick(timer.due)) == (1, 0)
+        times.append(timer.due)
+        assert fired(backend, "digest", timer.due)["late_by"] == 0
+    assert [local(t) for t in times] == [
+        "2026-03-07T08:00:00-05:00", "2026-03-08T08:00:00-04:00", "2026-03-09T08:00:00-04:00"]
+    assert [e.source_id for e in backend.timer_events("digest")] == [
+        f"digest@{t}" for t in times]
+
+
+def test_a_repeated_local_time_fires_once(backend: Store) -> None:
+    added = 1793462400  # 2026-10-31 12:00 EDT; clocks fall back on 2026-11-01
+    backend.add_timer(cron_timer("backup", "30 1 * * *", NY, added), added)
+    first_pass = 1793511000  # 01:30 EDT
+    assert backend.tick(first_pass) == 1
+    assert backend.tick(first_pass + H) == 0  # 01:30 EST: the same wall-clock time again
+    [timer] = backend.timers()
+    assert local(timer.due) == "2026-11-02T01:30:00-05:00"
+
+
+def test_a_four_day_outage_of_a_weekday_timer(backend: Store) -> None:
+    backend.add_timer(WEEKDAYS, T)
+    backend.add_timer(replace(WEEKDAYS, name="billing", catch_up="each"), T)
+    back = MON_0800_EDT + 4 * DAY + H  # Friday 09:00 EDT
+    assert backend.tick(back) == 2
+    latest = fired(backend, "standup", MON_0800_EDT + 4 * DAY)
+    assert (latest["skipped"], latest["late_by"]) == (4, H)
+    days = [MON_0800_EDT + k * DAY for k in range(5)]  # all in daylight time
+    assert [local(at) for at in days] == [f"2026-03-{d:02}T08:00:00-04:00" for d in range(9, 14)]
+    assert [e.source_id for e in backend.timer_events("billing")] == [f"billing@{at}"
+                                                                       for at in days]
+    assert all(fired(backend, "billing", MON_0800_EDT + k * DAY)["skipped"] == 0
+               for k in range(5))
+    assert {local(t.due) for t in backend.timers()} == {"2026-03-16T08:00:00-04:00"}
+    assert backend.status().events["pending"] == 6
+
+
+def test_catch_up_each_of_a_cron_timer_is_bounded(backend: Store) -> None:
+    backend.add_timer(replace(WEEKDAYS, catch_up="each"), T)
+    back = MON_0800_EDT + 14 * DAY + H  # ten weekdays later, on a Monday
+    backend.tick(back, Policy(catch_up_limit=3))
+    ids = [e.source_id for e in backend.timer_events("standup")]
+    assert ids == [f"standup@{MON_0800_EDT}", f"standup@{MON_0800_EDT + DAY}",
+                   f"standup@{MON_0800_EDT + 14 * DAY}"]
+    assert fired(backend, "standup", MON_0800_EDT + 14 * DAY)["skipped"] == 8
+
+
+def test_a_follow_up_cannot_replace_a_cron_schedule(backend: Store) -> None:
+    backend.add_timer(WEEKDAYS, T)
+    with pytest.raises(BadInput, match="recurring schedule"):
+        backend.add_timer(TimerSpec(name="standup", due=T + 60, every=None, follow_up=True), T)
+    assert backend.timers()[0].cron == "0 8 * * 1-5"

@@ -308,3 +308,23 @@ def test_a_version_3_dispatch_in_flight_goes_on_through_version_4(
         found = store.claim_dispatch(T + 91, "at-least-once", 3600, 60)
         assert isinstance(found, Dispatch)
         assert (found.key, found.tries, found.max_tries) == ("k-1", 2, 5)
+
+
+def test_a_version_4_inbox_keeps_its_timers_through_version_5(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 5 gives timers a cron expression and a zone; older timers have neither."""
+    path = tmp_path / "inbox.sqlite3"
+    with monkeypatch.context() as v4:
+        v4.setattr(db, "SCHEMA_VERSION", 4)
+        db.connect(path).close()
+        with raw(path) as conn:
+            conn.execute("INSERT INTO timers (name, due, every, payload, created_at) "
+                         "VALUES ('digest', ?, 86400, '{}', ?)", (T, T))
+            conn.commit()
+    with SqliteStore(path) as store:
+        [timer] = store.timers()
+        assert (timer.name, timer.every, timer.cron, timer.tz) == ("digest", 86400, None, None)
+        assert store.tick(T) == 1 and store.timers()[0].due == T + 86400
+    assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
+    with raw(path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE timers SET cron = '0 8 * * *'")  # a cron timer names its zone

@@ -13,18 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentbox.calendar import (
-    Cron,
-    Every,
     check_cron,
     from_local,
     local_zone,
     next_after,
     occurrences,
-    owed,
     zone,
 )
 from agentbox.durations import LAST_TIME
 from agentbox.errors import BadInput, UsageError
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Timer
+from agentbox.rules.timers import Owed, owed
 
 NY, BERLIN, LORD_HOWE = "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"
 
@@ -141,20 +141,28 @@ def test_a_quarter_hourly_timer_never_falls_silent_in_lord_howe() -> None:
 
 # -- what a due timer owes after an outage
 
-WEEKDAYS = Cron("0 8 * * 1-5", NY)
+def due_timer(due: int, catch_up: str = "coalesce", every: int | None = None,
+              cron: str | None = None, tz: str | None = None) -> Timer:
+    return Timer("t", due, every, "{}", catch_up, None, None, False, 0, cron, tz)
+
+
+def weekdays(due: int, back: int, catch_up: str, limit: int) -> Owed:
+    timer = due_timer(due, catch_up, cron="0 8 * * 1-5", tz=NY)
+    return owed(timer, back, Policy(catch_up_limit=limit))
+
 
 
 def test_a_four_day_outage_of_a_weekday_timer_across_spring_forward() -> None:
     due = at("2026-03-09T08:00-04:00", NY)  # Monday, the day after clocks went forward
     back = at("2026-03-13T09:00-04:00", NY)  # Friday, an hour late
-    coalesced = owed(WEEKDAYS, due, back, "coalesce", 100)
+    coalesced = weekdays(due, back, "coalesce", 100)
     assert [(reading(t, NY), skipped) for t, skipped in coalesced.events] == [
         ("2026-03-13T08:00:00-04:00", 4)]
     assert reading(coalesced.next_due or 0, NY) == "2026-03-16T08:00:00-04:00"
-    each = owed(WEEKDAYS, due, back, "each", 100)
+    each = weekdays(due, back, "each", 100)
     assert [(reading(t, NY), skipped) for t, skipped in each.events] == [
         (f"2026-03-{day:02}T08:00:00-04:00", 0) for day in range(9, 14)]
-    bounded = owed(WEEKDAYS, due, back, "each", 3)
+    bounded = weekdays(due, back, "each", 3)
     assert [(reading(t, NY), skipped) for t, skipped in bounded.events] == [
         ("2026-03-09T08:00:00-04:00", 0), ("2026-03-10T08:00:00-04:00", 0),
         ("2026-03-13T08:00:00-04:00", 2)]
@@ -164,7 +172,7 @@ def test_a_four_day_outage_of_a_weekday_timer_across_spring_forward() -> None:
 def test_an_outage_over_a_weekend_and_fall_back_counts_weekdays_only() -> None:
     due = at("2026-10-23T08:30+02:00", BERLIN)  # Friday; clocks go back on Sunday the 25th
     back = at("2026-10-27T12:00+01:00", BERLIN)
-    result = owed(Cron("30 8 * * 1-5", BERLIN), due, back, "each", 100)
+    result = owed(due_timer(due, "each", cron="30 8 * * 1-5", tz=BERLIN), back, Policy())
     assert [reading(t, BERLIN) for t, _ in result.events] == [
         "2026-10-23T08:30:00+02:00", "2026-10-26T08:30:00+01:00", "2026-10-27T08:30:00+01:00"]
     assert reading(result.next_due or 0, BERLIN) == "2026-10-28T08:30:00+01:00"
@@ -172,9 +180,9 @@ def test_an_outage_over_a_weekend_and_fall_back_counts_weekdays_only() -> None:
 
 def test_a_timer_on_time_owes_one_event_and_a_one_off_is_spent() -> None:
     due = at("2026-03-09T08:00-04:00", NY)
-    assert owed(WEEKDAYS, due, due, "each", 5).events == ((due, 0),)
-    assert owed(None, due, due + 999, "coalesce", 5) == owed(None, due, due, "each", 1)
-    assert owed(None, due, due, "each", 1).next_due is None
+    assert weekdays(due, due, "each", 5).events == ((due, 0),)
+    once = owed(due_timer(due), due + 999, Policy())
+    assert once == Owed(((due, 0),), None)
 
 
 @settings(max_examples=200, deadline=None)
@@ -184,7 +192,7 @@ def test_every_owes_what_stepping_through_its_occurrences_gives(
         seconds: int, due: int, late: int, catch_up: str, limit: int) -> None:
     now = due + late
     due_ones = list(range(due, now + 1, seconds))
-    result = owed(Every(seconds), due, now, catch_up, limit)
+    result = owed(due_timer(due, catch_up, every=seconds), now, Policy(catch_up_limit=limit))
     if catch_up == "coalesce" or len(due_ones) <= limit:
         expected = ([(due_ones[-1], len(due_ones) - 1)] if catch_up == "coalesce"
                     else [(t, 0) for t in due_ones])

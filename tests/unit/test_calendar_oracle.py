@@ -21,7 +21,10 @@ from zoneinfo import ZoneInfo, available_timezones
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agentbox.calendar import Cron, check_cron, occurrences, owed
+from agentbox.calendar import check_cron, occurrences
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Timer
+from agentbox.rules.timers import owed
 
 MINUTE = timedelta(minutes=1)
 DAY = 86_400
@@ -235,7 +238,9 @@ def test_what_a_due_timer_owes_matches_the_oracle(case: Case, catch_up: str, lim
     # back on an occurrence exactly, or at any time up to the window's end
     now = data.draw(st.one_of(st.sampled_from(later_ones), st.integers(due, end)))
     due_ones = [t for t in every if due <= t <= now]
-    result = owed(Cron(check_cron(expr.text), name), due, now, catch_up, limit)
+    timer = Timer("t", due, None, "{}", catch_up, None, None, False, 0, check_cron(expr.text),
+                  name)
+    result = owed(timer, now, Policy(catch_up_limit=limit))
     events = list(result.events)
     # every event is an occurrence, none twice, and each one skipped is counted
     assert [t for t, _ in events] == sorted({t for t, _ in events})

@@ -76,6 +76,8 @@ class TimerSpec:
     event_id: str | None = None
     # Asked for by a run: may re-arm a one-off timer, never replace a schedule.
     follow_up: bool = False
+    cron: str | None = None  # a calendar schedule: a cron expression ...
+    tz: str | None = None  # ... read in this IANA time zone
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,12 @@ class Timer:
     event_id: str | None
     done: bool
     created_at: int
+    cron: str | None = None
+    tz: str | None = None
+
+    @property
+    def recurring(self) -> bool:
+        return self.every is not None or self.cron is not None
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,20 @@
 """Timers: which occurrences a due timer owes, and what each event says.
 
-The scheduler turns due timers into inbox events, never into runs. Missed
-occurrences coalesce into one event carrying ``scheduled_for``, ``late_by``
-and ``skipped``; with ``catch_up = each`` they become one event apiece, up
-to a bound after which the rest coalesce. The event key is
-``name@scheduled-time``, so a replayed pass stores nothing twice.
+The scheduler turns due timers into inbox events, never into runs. A timer
+repeats on a :class:`Schedule`: every N seconds, or a cron expression in a
+time zone (:class:`agentbox.calendar.Cron`); :func:`owed` is the one rule
+for both. Missed occurrences coalesce into one event carrying
+``scheduled_for``, ``late_by`` and ``skipped``; with ``catch_up = each``
+they become one event apiece, up to a bound after which the rest coalesce.
+The event key is ``name@scheduled-time``, so a replayed pass stores nothing
+twice.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Protocol
 
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.jsonutil import canonical
@@ -29,7 +34,16 @@ def check_spec(spec: TimerSpec) -> None:
         raise BadInput(f"catch-up must be one of {', '.join(CATCH_UP_MODES)}")
     if spec.every is not None and spec.every <= 0:
         raise BadInput("a timer's interval must be a positive number of seconds")
-    if spec.every is not None and spec.event_id is not None:
+    if (spec.cron is None) != (spec.tz is None):
+        raise BadInput("a cron timer needs both an expression and a time zone")
+    if spec.cron is not None and spec.tz is not None:
+        from agentbox.calendar import check_cron, zone
+
+        if spec.every is not None:
+            raise BadInput("a timer repeats every so often or on a cron schedule, not both")
+        check_cron(spec.cron)
+        zone(spec.tz)
+    if (spec.every is not None or spec.cron is not None) and spec.event_id is not None:
         raise BadInput("a recurring timer cannot use a fixed event key")
     taken = sorted(set(json.loads(spec.payload)) & set(RESERVED_KEYS))
     if taken:
@@ -44,8 +58,8 @@ def _same(timer: Timer, spec: TimerSpec, exact: bool) -> bool:
     fires), unless ``exact``: a replacement that names another due time is a
     change, which is how an operator re-arms an occurrence on purpose.
     """
-    schedule_same = timer.every == spec.every and (
-        timer.due == spec.due or (spec.every is not None and not exact))
+    schedule_same = (timer.every, timer.cron, timer.tz) == (spec.every, spec.cron, spec.tz) and (
+        timer.due == spec.due or (timer.recurring and not exact))
     return (schedule_same and timer.payload == spec.payload and timer.catch_up == spec.catch_up
             and timer.event_source == spec.event_source and timer.event_id == spec.event_id)
 
@@ -61,10 +75,10 @@ def on_add(existing: Timer | None, spec: TimerSpec, replace: bool) -> AddOutcome
     check_spec(spec)
     if existing is not None and _same(existing, spec, exact=replace):
         return "unchanged"
-    if existing is not None and spec.follow_up and (existing.every is not None
+    if existing is not None and spec.follow_up and (existing.recurring
                                                     or existing.event_source is not None):
         raise BadInput(f"a follow-up timer cannot replace timer {spec.name!r}: "
-                       + ("it is a recurring schedule" if existing.every is not None
+                       + ("it is a recurring schedule" if existing.recurring
                           else "it is an approval's expiry"))
     live = existing is not None and not existing.done
     if live and not replace:
@@ -80,26 +94,92 @@ def check_remove(timer: Timer) -> None:
                          f"{timer.event_id!r}; it goes when it fires")
 
 
-def occurrences(timer: Timer, now: int, policy: Policy) -> list[tuple[int, int]]:
-    """The (scheduled_for, skipped) events one pass emits for a due timer."""
+def cron_due(expr: str, tz: str, now: int) -> int:
+    """When a cron timer added at ``now`` is first due: the expression's next match."""
+    from agentbox.calendar import check_cron, next_after
+
+    due = next_after(check_cron(expr), tz, now)
+    if due is None:
+        raise BadInput(f"cron expression {expr!r} never matches again before the year 10000")
+    return due
+
+
+class Schedule(Protocol):
+    """When a recurring timer fires: every N seconds, or a cron expression in a zone."""
+
+    def after(self, at: int) -> int | None:
+        """The occurrence following ``at``, itself an occurrence; None if none follows."""
+        ...
+
+    def span(self, first: int, now: int) -> tuple[int, int, int | None]:
+        """From the occurrence ``first`` (at or before ``now``): the latest occurrence
+        up to ``now``, how many occurrences after ``first`` that is, and the next one."""
+        ...
+
+
+@dataclass(frozen=True)
+class Every:
+    seconds: int
+
+    def after(self, at: int) -> int:
+        return at + self.seconds
+
+    def span(self, first: int, now: int) -> tuple[int, int, int]:
+        missed = (now - first) // self.seconds
+        latest = first + missed * self.seconds
+        return latest, missed, latest + self.seconds
+
+
+def schedule(timer: Timer) -> Schedule | None:
+    """The timer's schedule; None for a one-off."""
+    if timer.cron is not None and timer.tz is not None:
+        from agentbox.calendar import Cron
+
+        return Cron(timer.cron, timer.tz)
+    return None if timer.every is None else Every(timer.every)
+
+
+@dataclass(frozen=True)
+class Owed:
+    """What one scheduler pass owes a due timer: events and the timer's next due time."""
+
+    events: tuple[tuple[int, int], ...]  # (scheduled_for, skipped), oldest first
+    next_due: int | None  # None: the timer is spent
+
+
+def _take(repeats: Schedule, first: int, count: int) -> list[int]:
+    """The first ``count`` occurrences from ``first`` on (all known to exist)."""
+    taken = [first] if count > 0 else []
+    while 0 < len(taken) < count:
+        following = repeats.after(taken[-1])
+        if following is None:
+            break
+        taken.append(following)
+    return taken
+
+
+def owed(timer: Timer, now: int, policy: Policy) -> Owed:
+    """The events a due timer (``timer.due <= now``) owes at ``now``, and its next due time.
+
+    A one-off fires once and is spent. ``coalesce`` writes one event for the
+    latest occurrence, ``skipped`` counting the earlier ones; ``each`` writes
+    one event per occurrence, but past ``catch_up_limit`` the first
+    ``limit - 1`` go alone and the rest coalesce into the latest. The last
+    event is always the latest occurrence, and the next due time follows it.
+    """
+    repeats = schedule(timer)
+    if repeats is None:
+        return Owed(((timer.due, 0),), None)
     limit = max(1, policy.catch_up_limit)
-    if timer.every is None:
-        return [(timer.due, 0)]
-    missed = (now - timer.due) // timer.every  # occurrences after the first due one
-    latest = timer.due + missed * timer.every
+    latest, missed, following = repeats.span(timer.due, now)
     if timer.catch_up == "coalesce" or missed == 0:
-        return [(latest, missed)]
-    if missed + 1 <= limit:
-        return [(timer.due + k * timer.every, 0) for k in range(missed + 1)]
-    alone = [(timer.due + k * timer.every, 0) for k in range(limit - 1)]
-    return [*alone, (latest, missed - (limit - 1))]
-
-
-def next_due(timer: Timer, occurrences: list[tuple[int, int]]) -> int | None:
-    """When the timer is due again after emitting ``occurrences``; None: a spent one-off."""
-    if timer.every is None:
-        return None
-    return occurrences[-1][0] + timer.every  # the last occurrence is the latest one due
+        events = [(latest, missed)]
+    elif missed < limit:
+        events = [(at, 0) for at in _take(repeats, timer.due, missed + 1)]
+    else:
+        alone = [(at, 0) for at in _take(repeats, timer.due, limit - 1)]
+        events = [*alone, (latest, missed - (limit - 1))]
+    return Owed(tuple(events), following)
 
 
 def event_key(timer: Timer, at: int) -> tuple[str, str]:

@@ -174,5 +174,12 @@ _V4 = """
 ALTER TABLE dispatches ADD COLUMN max_tries INTEGER NOT NULL DEFAULT 5 CHECK (max_tries >= 1);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Version 5: calendar schedules. A cron timer keeps its expression and the IANA
+# zone its times are read in; every other timer leaves both NULL.
+_V5 = """
+ALTER TABLE timers ADD COLUMN cron TEXT;
+ALTER TABLE timers ADD COLUMN tz TEXT CHECK ((tz IS NULL) = (cron IS NULL));
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,13 +15,14 @@ from agentbox.rules import timers as rules
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import AddOutcome, Event, Timer, TimerSpec
 
-_COLUMNS = "name, due, every, payload, catch_up, event_source, event_id, done, created_at"
+_COLUMNS = ("name, due, every, payload, catch_up, event_source, event_id, done, created_at, "
+            "cron, tz")
 
 
 def _row(row: tuple[object, ...]) -> Timer:
-    name, due, every, payload, catch_up, ev_source, ev_id, done, created = row
+    name, due, every, payload, catch_up, ev_source, ev_id, done, created, cron, tz = row
     return Timer(str(name), int(due), every, str(payload), str(catch_up),  # type: ignore[arg-type,call-overload]
-                 ev_source, ev_id, bool(done), int(created))  # type: ignore[arg-type,call-overload]
+                 ev_source, ev_id, bool(done), int(created), cron, tz)  # type: ignore[arg-type,call-overload]
 
 
 def get(conn: sqlite3.Connection, name: str) -> Timer | None:
@@ -36,9 +37,9 @@ def add_in(conn: sqlite3.Connection, spec: TimerSpec, now: int,
     if outcome == "unchanged":
         return outcome
     conn.execute(
-        f"""INSERT OR REPLACE INTO timers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)""",
+        f"""INSERT OR REPLACE INTO timers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)""",
         (spec.name, spec.due, spec.every, spec.payload, spec.catch_up, spec.event_source,
-         spec.event_id, now))
+         spec.event_id, now, spec.cron, spec.tz))
     history.record(conn, now, "timer", spec.name, outcome, detail=f"due {spec.due}")
     return outcome
 
@@ -86,8 +87,8 @@ def tick(conn: sqlite3.Connection, now: int, policy: Policy | None = None) -> in
             f"SELECT {_COLUMNS} FROM timers WHERE done = 0 AND due <= ? ORDER BY due, name",
             (now,)).fetchall()]
         for timer in due:
-            owed = rules.occurrences(timer, now, policy)
-            for at, skipped in owed:
+            owed = rules.owed(timer, now, policy)
+            for at, skipped in owed.events:
                 source, source_id = rules.event_key(timer, at)
                 stored = inbox.store_in(conn, source, source_id,
                                         rules.event_body(timer, at, skipped, now), now,
@@ -95,9 +96,9 @@ def tick(conn: sqlite3.Connection, now: int, policy: Policy | None = None) -> in
                 history.record(conn, now, "timer", timer.name, "fired",
                                detail=f"scheduled for {at}, skipped {skipped}: event "
                                       f"{stored.id} {stored.outcome}")
-            following = rules.next_due(timer, owed)
-            if following is None:
+            if owed.next_due is None:
                 conn.execute("UPDATE timers SET done = 1 WHERE name = ?", (timer.name,))
             else:
-                conn.execute("UPDATE timers SET due = ? WHERE name = ?", (following, timer.name))
+                conn.execute("UPDATE timers SET due = ? WHERE name = ?",
+                             (owed.next_due, timer.name))
         return len(due)
