@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 PROG = "agentbox"
@@ -103,6 +103,21 @@ def when(ts: int | None) -> str:
         return "-"
     try:
         return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
+
+
+def when_in(ts: int | None, zone: tzinfo | str | None) -> str:
+    """A Unix time on the wall clock of ``zone`` (a tzinfo or an IANA name), to the
+    second, with the zone's abbreviation; '-' without a time or a zone."""
+    if ts is None or zone is None:
+        return "-"
+    if isinstance(zone, str):
+        from zoneinfo import ZoneInfo
+
+        zone = ZoneInfo(zone)
+    try:
+        return datetime.fromtimestamp(ts, tz=zone).strftime("%Y-%m-%d %H:%M:%S %Z")
     except (OverflowError, OSError, ValueError):
         return str(ts)
 
