@@ -15,6 +15,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -34,6 +35,7 @@ from agentbox.rules.records import (
     TimerSpec,
     Wait,
 )
+from agentbox.rules.timers import cron_due
 from agentbox.store import Store, open_store
 
 DEFAULT_START = 1_000_000  # the article's simulated clock starts here
@@ -77,15 +79,43 @@ def _duration(value: Any, start: int) -> int:
         raise _Bad(str(exc)) from None
 
 
+def _moment(value: Any) -> int | None:
+    """Unix seconds written as such or as a TOML date-time with an offset; else None."""
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        value = int(value.timestamp())
+    return int(value) if _is_time(value) else None
+
+
 def _time(value: Any, start: int) -> int:
-    """Unix seconds, or '+DURATION' from the scenario's start ('+0s' is the start)."""
-    if _is_time(value):
-        return int(value)
+    """Unix seconds, a TOML date-time with an offset (2026-03-08T03:00:00-04:00), or
+    '+DURATION' from the scenario's start ('+0s' is the start)."""
+    moment = _moment(value)
+    if moment is not None:
+        return moment
     if isinstance(value, str) and value.startswith("+"):
         offset = value[1:].strip()
         return start if offset in ("0", "0s") else start + _duration(offset, start)
-    raise _Bad(f"must be Unix seconds (within the years 1 to 9999) or '+DURATION' from the "
-               f"start, not {value!r}")
+    raise _Bad(f"must be Unix seconds (within the years 1 to 9999), a date-time with an "
+               f"offset, or '+DURATION' from the start, not {value!r}")
+
+
+def _cron(value: Any, start: int) -> str:
+    from agentbox.calendar import check_cron
+
+    try:
+        return check_cron(_text(value, start))
+    except BadInput as exc:
+        raise _Bad(str(exc)) from None
+
+
+def _zone(value: Any, start: int) -> str:
+    from agentbox.calendar import zone
+
+    try:
+        zone(_text(value, start))
+    except BadInput as exc:
+        raise _Bad(str(exc)) from None
+    return str(value)
 
 
 def _object(value: Any, start: int) -> str:
@@ -265,11 +295,15 @@ def _tick(run: _Run, a: Mapping[str, Any]) -> int:
 
 
 def _add_timer(run: _Run, a: Mapping[str, Any]) -> str:
-    every = a["every"]
-    first = run.now if a["start"] is None else a["start"]  # without a start: due when added
-    due = a["due"] if every is None else first
+    every, cron, tz = a["every"], a["cron"], a["tz"] or "UTC"
+    if cron is not None:  # first due at the expression's next match
+        due = cron_due(cron, tz, run.now)
+    elif every is not None:  # without a start: due when added
+        due = run.now if a["start"] is None else a["start"]
+    else:
+        due = a["due"]
     spec = TimerSpec(name=a["name"], due=due, every=every, payload=a["payload"],
-                     catch_up=a["catch_up"])
+                     catch_up=a["catch_up"], cron=cron, tz=None if cron is None else tz)
     return run.store.add_timer(spec, run.now, replace=a["replace"])
 
 
@@ -328,6 +362,13 @@ def _event(run: _Run, a: Mapping[str, Any]) -> list[Any] | None:
     return None if event is None else [event.status, event.attempts]
 
 
+def _local(t: int, tz: str) -> str:
+    """A moment as the clock on the wall in ``tz`` reads it, offset included."""
+    from agentbox.calendar import zone
+
+    return datetime.fromtimestamp(t, zone(tz)).isoformat()
+
+
 def _in_unit(seconds: int, unit: str | None) -> int | float:
     if unit is None:
         return seconds
@@ -345,6 +386,8 @@ def _payload(run: _Run, a: Mapping[str, Any]) -> Any:
     if event is None:
         return None
     value = json.loads(event.payload).get(a["field"])
+    if a["tz"] is not None and _is_time(value):
+        return _local(value, a["tz"])
     if a["unit"] is not None and _is_int(value):
         return _in_unit(value, a["unit"])
     return value
@@ -357,9 +400,11 @@ def _count(run: _Run, a: Mapping[str, Any]) -> int:
     return counts[state] if state else sum(counts.values())
 
 
-def _next_due(run: _Run, a: Mapping[str, Any]) -> int | float | None:
+def _next_due(run: _Run, a: Mapping[str, Any]) -> int | float | str | None:
     for timer in run.store.timers():
         if timer.name == a["timer"]:
+            if a["tz"] is not None:
+                return _local(timer.due, a["tz"])
             return _in_unit(timer.due - run.now, a["unit"])
     return None
 
@@ -398,12 +443,14 @@ def _answer_fields(a: dict[str, Any]) -> None:
 
 
 def _timer_fields(a: dict[str, Any]) -> None:
-    if a["every"] is None and a["due"] is None:
-        raise _Bad("needs 'every' (a recurring timer) or 'due' (a one-off)")
-    if a["every"] is not None and a["due"] is not None:
-        raise _Bad("takes 'every' or 'due', not both")
+    given = [k for k in ("every", "cron", "due") if a[k] is not None]
+    if len(given) != 1:
+        raise _Bad("needs one of 'every' or 'cron' (a recurring timer) or 'due' (a one-off)")
     if a["every"] is None and a["start"] is not None:
-        raise _Bad("'start' is for a recurring timer; a one-off has 'due'")
+        raise _Bad("'start' is for an 'every' timer; a cron timer is first due at its next "
+                   "match, a one-off has 'due'")
+    if a["cron"] is None and a["tz"] is not None:
+        raise _Bad("'tz' goes with 'cron'")
 
 
 def _payload_fields(a: dict[str, Any]) -> None:
@@ -459,6 +506,7 @@ KINDS: dict[str, Kind] = {
         _add_timer, lambda a: f"{'replace' if a['replace'] else 'add'} timer {a['name']}",
         {"name": _text},
         {"every": (_duration, None), "start": (_time, None), "due": (_time, None),
+         "cron": (_cron, None), "tz": (_zone, None),
          "payload": (_object, "{}"), "catch_up": (_choice(*CATCH_UP_MODES), "coalesce"),
          "replace": (_flag, False)},
         Expect(_one_of("added", "unchanged", "replaced", "error"),
@@ -485,16 +533,20 @@ KINDS: dict[str, Kind] = {
     "payload": Kind(
         _payload,
         lambda a: (f"newest {a['timer']} event" if a["timer"] else f"{a['source']}/{a['id']}")
-        + f": {a['field']}" + (f" ({a['unit']})" if a["unit"] else ""),
+        + f": {a['field']}" + (f" ({a['unit']})" if a["unit"] else "")
+        + (f" in {a['tz']}" if a["tz"] else ""),
         {"field": _text},
         {"timer": (_text, None), "source": (_text, None), "id": (_text, None),
-         "unit": (_choice(*UNITS), None)},
+         "unit": (_choice(*UNITS), None), "tz": (_zone, None)},
         Expect(lambda v: True, "any value"), check=_payload_fields),
     "count": Kind(_count, lambda a: f"count {a['what']}", {"what": _choice(*COUNTABLE)},
                   expect=_INT),
-    "next_due": Kind(_next_due, lambda a: f"{a['timer']} next due in ({a['unit']})",
-                     {"timer": _text}, {"unit": (_choice(*UNITS), "h")},
-                     Expect(lambda v: _is_number(v) or v == "none", "a number or \"none\"")),
+    "next_due": Kind(_next_due,
+                     lambda a: (f"{a['timer']} next due, {a['tz']} time" if a["tz"]
+                                else f"{a['timer']} next due in ({a['unit']})"),
+                     {"timer": _text}, {"unit": (_choice(*UNITS), "h"), "tz": (_zone, None)},
+                     Expect(lambda v: _is_number(v) or isinstance(v, str),
+                            "a number, a local time or \"none\"")),
     "sends": Kind(_sends, lambda a: "dispatch keys so far" if a["keys"] else "sends so far",
                   {}, {"keys": (_flag, False)},
                   Expect(_is_strings, "a list of strings")),
@@ -652,10 +704,10 @@ def parse(text: str, origin: str, name: str) -> Scenario:
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise BadInput(f"{origin}: 'description' must be a string")
-    start = doc.get("start", DEFAULT_START)
-    if not _is_time(start):
-        raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number) "
-                       "within the years 1 to 9999")
+    start = _moment(doc.get("start", DEFAULT_START))
+    if start is None:
+        raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number) within the "
+                       "years 1 to 9999, or a date-time with an offset")
     settings = doc.get("settings", {})
     policy = _policy(settings, origin)
     raw_steps = doc.get("step")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentbox import calendar
 from agentbox.backends.sqlite import lease, runs
 
 
@@ -85,3 +86,15 @@ def test_never_parking_at_most_once_claims_breaks_the_uncertain_case(
     monkeypatch.setattr(outbox, "_park_expired", lambda *args: None)
     failed = _failures(cli, "at-most-once-uncertain")
     assert failed[0]["label"] == "count outbox.uncertain" and failed[0]["observed"] == 0
+
+
+def test_treating_wall_clock_times_as_elapsed_time_breaks_the_dst_cases(
+        cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calendar, "_wall_clock", calendar._elapsed)
+    spring = _failures(cli, "cron-spring-forward")
+    assert spring[0]["label"] == "backup next due, America/New_York time"
+    assert spring[0]["observed"] == "2026-03-09T02:30:00-04:00"  # the skipped 02:30 is lost
+    fall = _failures(cli, "cron-fall-back")
+    assert [s["label"] for s in fall][:2] == ["backup: not again in the repeated hour",
+                                              "02:30, second pass"]
+    assert fall[1]["observed"] == 1  # a daily backup ran twice in one night

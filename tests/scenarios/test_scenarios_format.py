@@ -75,7 +75,19 @@ expect = "stored"
     ('[[step]]\ndo = "run"\nworker = "A"\nmessages = [3]\nexpect = []\n', "step 1 (run)",
      "messages[0]"),
     ('[[step]]\ndo = "add_timer"\nname = "t"\nexpect = "added"\n', "step 1 (add_timer)",
-     "needs 'every'"),
+     "needs one of 'every' or 'cron'"),
+    ('[[step]]\ndo = "add_timer"\nname = "t"\nevery = "1d"\ncron = "0 8 * * *"\n'
+     'expect = "added"\n', "step 1 (add_timer)", "needs one of 'every' or 'cron'"),
+    ('[[step]]\ndo = "add_timer"\nname = "t"\ncron = "61 * * * *"\nexpect = "added"\n',
+     "step 1 (add_timer)", "field 'cron' cron expression '61 * * * *': bad minute field"),
+    ('[[step]]\ndo = "add_timer"\nname = "t"\ncron = "0 8 * * *"\ntz = "Mars/Base"\n'
+     'expect = "added"\n', "step 1 (add_timer)", "field 'tz' unknown time zone"),
+    ('[[step]]\ndo = "add_timer"\nname = "t"\nevery = "1d"\ntz = "UTC"\nexpect = "added"\n',
+     "step 1 (add_timer)", "'tz' goes with 'cron'"),
+    ('[[step]]\ndo = "add_timer"\nname = "t"\ncron = "0 8 * * *"\nstart = "+1h"\n'
+     'expect = "added"\n', "step 1 (add_timer)", "'start' is for an 'every' timer"),
+    ('[[step]]\ndo = "tick"\nat = 2026-03-08T03:00:00\nexpect = 0\n', "step 1 (tick)",
+     "a date-time with an offset"),
 ])
 def test_a_malformed_step_is_one_line_naming_file_and_step(
         cli: Callable[..., Any], tmp_path: Path, body: str, where: str, says: str) -> None:
@@ -97,6 +109,8 @@ def test_a_malformed_step_is_one_line_naming_file_and_step(
     (HEAD + '[settings]\nhandler = "x"\n[[step]]\ndo = "tick"\nexpect = 0\n',
      "unknown setting 'handler'"),
     (HEAD + 'steps = 1\n', "unknown key 'steps'"),
+    (HEAD + 'start = 2026-03-08\n[[step]]\ndo = "tick"\nexpect = 0\n',
+     "or a date-time with an offset"),
 ])
 def test_a_malformed_file_is_one_line_naming_the_file(
         cli: Callable[..., Any], tmp_path: Path, text: str, says: str) -> None:
@@ -105,6 +119,53 @@ def test_a_malformed_file_is_one_line_naming_the_file(
     assert result.code == 65
     assert result.err.startswith(f"agentbox: error: {path}: ")
     assert says in result.err and result.err.count("\n") == 1
+
+
+def test_cron_timers_read_times_in_their_zone(cli: Callable[..., Any], tmp_path: Path) -> None:
+    path = _write(tmp_path, HEAD + """
+start = 2026-03-08T01:00:00-05:00
+
+[[step]]
+do = "add_timer"
+name = "utc"
+cron = "30 2 * * *"
+expect = "added"
+
+[[step]]
+do = "add_timer"
+name = "ny"
+cron = "30 2 * * *"
+tz = "America/New_York"
+expect = "added"
+
+[[step]]
+do = "next_due"
+label = "without tz, a scenario's cron timer is in UTC"
+timer = "utc"
+tz = "UTC"
+expect = "2026-03-09T02:30:00+00:00"
+
+[[step]]
+do = "next_due"
+timer = "ny"
+unit = "min"
+expect = 60
+
+[[step]]
+do = "tick"
+at = 2026-03-08T03:00:00-04:00
+expect = 1
+
+[[step]]
+do = "payload"
+timer = "ny"
+field = "scheduled_for"
+expect = 1772953200
+""")
+    result = cli("scenarios", path, "--json")
+    assert result.code == 0, result.out + result.err
+    steps = json.loads(result.out)["scenarios"][0]["steps"]
+    assert steps[4]["clock"] == "+1h"  # the clocks skipped from 02:00 to 03:00
 
 
 def test_a_bad_file_stops_before_anything_runs(cli: Callable[..., Any], tmp_path: Path) -> None:
