@@ -46,7 +46,7 @@ import os
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -56,6 +56,8 @@ from agentbox.errors import BadInput, UsageError
 MAX_EXPRESSION = 200  # characters; a longer cron line is a mistake, not a schedule
 _EXAMPLE = "MIN HOUR DOM MON DOW, e.g. '0 8 * * 1-5'"
 _MINUTE = timedelta(minutes=1)
+_SECOND = timedelta(seconds=1)
+_EPOCH = datetime(1970, 1, 1)
 
 
 def zone(name: str) -> ZoneInfo:
@@ -116,11 +118,21 @@ def local_zone(configured: str | None = None, environ: Mapping[str, str] = os.en
 
 def _instants(wall: datetime, tz: ZoneInfo) -> tuple[int, int] | None:
     """The instants the clock in ``tz`` reads ``wall``: (first pass, second pass), the
-    same twice unless the clocks show it twice; None if they skip it."""
-    first = wall.replace(tzinfo=tz, fold=0)
-    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:
-        return None
-    return int(first.timestamp()), int(wall.replace(tzinfo=tz, fold=1).timestamp())
+    same twice unless the clocks show it twice; None if they skip it.
+
+    ``fold=0`` reads a wall time with the offset in force before a change and
+    ``fold=1`` with the one after (PEP 495): when the first reading is the
+    earlier instant the clocks showed it twice, when it is the later one they
+    jumped over it.
+    """
+    local = (wall - _EPOCH) // _SECOND
+    first = local - _seconds(tz.utcoffset(wall.replace(fold=0)))
+    second = local - _seconds(tz.utcoffset(wall.replace(fold=1)))
+    return None if first > second else (first, second)
+
+
+def _seconds(offset: timedelta | None) -> int:
+    return 0 if offset is None else offset // _SECOND
 
 
 def from_local(wall: datetime, tz: ZoneInfo) -> int:
@@ -130,16 +142,12 @@ def from_local(wall: datetime, tz: ZoneInfo) -> int:
     its first pass (``fold=0``), the rule cron timers follow too.
     """
     where = tz.key or "the local time zone"
-    outside = BadInput(f"{wall.isoformat()} in {where} is outside the years 1 to 9999")
-    try:
-        found = _instants(wall, tz)
-    except (OverflowError, ValueError):
-        raise outside from None
+    found = _instants(wall, tz)
     if found is None:
         raise BadInput(f"{wall.isoformat()} does not exist in {where}: the clocks skip it "
                        "(daylight saving time); give another time or a UTC offset")
     if not FIRST_TIME <= found[0] <= LAST_TIME:
-        raise outside
+        raise BadInput(f"{wall.isoformat()} in {where} is outside the years 1 to 9999")
     return found[0]
 
 
