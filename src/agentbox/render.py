@@ -108,8 +108,9 @@ def when(ts: int | None) -> str:
 
 
 def when_in(ts: int | None, zone: tzinfo | str | None) -> str:
-    """A Unix time on the wall clock of ``zone`` (a tzinfo or an IANA name), to the
-    second, with the zone's abbreviation; '-' without a time or a zone."""
+    """A Unix time on the wall clock of ``zone`` (a tzinfo or an IANA name): ISO 8601
+    with that zone's offset, ``2026-03-09T08:00:00-04:00``, which ``--at`` reads back
+    as the same moment; '-' without a time or a zone."""
     if ts is None or zone is None:
         return "-"
     if isinstance(zone, str):
@@ -117,7 +118,7 @@ def when_in(ts: int | None, zone: tzinfo | str | None) -> str:
 
         zone = ZoneInfo(zone)
     try:
-        return datetime.fromtimestamp(ts, tz=zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+        return datetime.fromtimestamp(ts, tz=zone).isoformat()
     except (OverflowError, OSError, ValueError):
         return str(ts)
 
