@@ -15,7 +15,8 @@ reads the clock.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
@@ -40,6 +41,41 @@ if TYPE_CHECKING:
     )
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class Waiter(Protocol):
+    """How a watching worker sleeps: until another process changes its inbox.
+
+    A backend wakes it its own way (SQLite: the file's change notifications,
+    confirmed by ``PRAGMA data_version``; PostgreSQL: LISTEN/NOTIFY). Changes
+    made through the store that made the waiter never wake it, so a worker is
+    not woken by its own claims and renewals.
+    """
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until another process changed the inbox, or ``timeout`` seconds passed.
+
+        True when woken by a change. A change made since the previous call
+        returned (or since the waiter was made) returns at once.
+        """
+
+    def close(self) -> None:
+        """Stop watching."""
+
+
+class InboxesWaiter(Protocol):
+    """How a worker serving every inbox sleeps: until any of them changes."""
+
+    def wait(self, timeout: float) -> set[str] | None:
+        """Sleep until inboxes change, or ``timeout`` seconds pass.
+
+        Returns the users whose inboxes changed (new inboxes included; empty
+        after a timeout), or None when any inbox may have changed (the
+        backend lost track, say), so the caller looks at all of them.
+        """
+
+    def close(self) -> None:
+        """Stop watching."""
 
 
 class Store(Protocol):
@@ -133,6 +169,27 @@ class Store(Protocol):
              policy: Policy) -> bool:
         """Record a handler error: retry after the backoff, or dead on the last attempt."""
 
+    def interrupt(self, holder: str, generation: int, now: int, ids: Sequence[int]) -> bool:
+        """Give a stopped run's events back: pending again, the attempt given back.
+
+        An asked-for stop (SIGTERM, Ctrl-C) is not the event's fault, so it
+        never moves an event towards dead; the history says ``interrupted``.
+        Fenced like :meth:`finish`: False, and nothing changed, when the lease
+        or any event is no longer this run's.
+        """
+
+    def next_work(self, now: int) -> int | None:
+        """When a run next has something to do here, or None when nothing is scheduled.
+
+        A time at or before ``now`` means there is work now: a pending event
+        is available or a timer is due. Otherwise the earliest of: a pending
+        retry's ``available_at``, the next timer, and the end of the lease
+        holding events that are still ``running``. Reads only.
+        """
+
+    def waiter(self) -> Waiter:
+        """A :class:`Waiter` on this inbox, blind to changes made through this store."""
+
     # -- timers and approvals ------------------------------------------------
 
     def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
@@ -224,3 +281,43 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
     if busy_timeout is not None:
         store.conn.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout * 1000))}")
     return store
+
+
+class Inboxes(Protocol):
+    """Every user's inbox at one location: what `run --watch --all-users` serves."""
+
+    #: The folder of inbox files, or the PostgreSQL URL without its password.
+    location: str
+
+    def users(self) -> list[str]:
+        """Every user with an inbox here, sorted."""
+
+    def store(self, user: str) -> Store:
+        """The store of one existing inbox, opened once and kept until :meth:`close`."""
+
+    def next_work(self, now: int, users: Collection[str]) -> dict[str, int]:
+        """:meth:`Store.next_work` of each of ``users`` that has anything scheduled.
+
+        Inboxes that cannot be read are left out; see :meth:`failures`.
+        """
+
+    def failures(self) -> dict[str, str]:
+        """Inboxes that could not be opened or read since the last call, with the reason."""
+
+    def waiter(self) -> InboxesWaiter:
+        """An :class:`InboxesWaiter` on every inbox here, new ones included."""
+
+    def close(self) -> None:
+        """Close every store opened through this object."""
+
+
+def open_inboxes(target: str | os.PathLike[str]) -> Inboxes:
+    """Every inbox at ``target``: a folder of SQLite files, or a PostgreSQL URL."""
+    from agentbox.errors import UsageError
+
+    if is_url(target):
+        raise UsageError("serving every inbox of a PostgreSQL database needs the PostgreSQL "
+                         "backend, which this installation does not have")
+    from agentbox.backends.sqlite.inboxes import SqliteInboxes
+
+    return SqliteInboxes(Path(target))

@@ -13,7 +13,9 @@ and add it to ``BACKENDS``::
 
     BACKENDS = {"sqlite": sqlite, "postgres": postgres}
 
-Every test then runs once per backend, with the same expectations.
+Every test then runs once per backend, with the same expectations. A factory
+called twice with the same ``tmp_path`` must open the same inbox (the ``twin``
+fixture is another process's view of it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ def other_backend(request: pytest.FixtureRequest, tmp_path: Path,
     """A second, separate store of the same kind as ``backend``."""
     kind = request.node.callspec.params["backend"]
     store = BACKENDS[kind](tmp_path / "other")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def twin(request: pytest.FixtureRequest, tmp_path: Path, backend: Store) -> Iterator[Store]:
+    """A second connection to ``backend``'s own inbox, as another process would open it."""
+    kind = request.node.callspec.params["backend"]
+    store = BACKENDS[kind](tmp_path)
     try:
         yield store
     finally:

@@ -184,3 +184,65 @@ def test_finish_writes_the_whole_answer_or_nothing(backend: Store) -> None:
     assert (follow_up.due, follow_up.every, follow_up.payload) == (T + 61, None,
                                                                    '{"why":"follow up"}')
     assert [m.body for m in backend.outbox(limit=1)] == ["hi"]
+
+
+def test_interrupt_gives_the_attempt_back_and_never_buries(backend: Store) -> None:
+    policy = Policy(lease_ttl=TTL, max_attempts=2)
+    ids = [backend.ingest("chat", f"m{n}", "{}", T).id for n in range(2)]
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, policy)
+    assert backend.fail("A", 1, T, ids, "first try", policy)
+    batch = backend.claim("A", 1, T + 1, policy)  # a retry: claimed alone, its last attempt
+    assert batch is not None and [(e.id, e.attempts) for e in batch] == [(ids[0], 2)]
+    assert backend.interrupt("A", 1, T + 2, [ids[0]])
+    event = backend.event(ids[0])
+    assert event is not None
+    assert (event.status, event.attempts, event.error) == ("pending", 1, "first try")
+    story = backend.story(ids[0])
+    assert (story[-1].action, story[-1].generation, story[-1].detail) == (
+        "interrupted", 1, "run stopped; attempt 2 given back")
+    again = backend.claim("A", 1, T + 3, policy)
+    assert again is not None and [(e.id, e.attempts) for e in again] == [(ids[0], 2)]
+
+
+def test_interrupt_is_fenced(backend: Store) -> None:
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, POLICY)
+    before = snapshot(backend, [event_id])
+    assert not backend.interrupt("B", 1, T + 1, [event_id])        # wrong holder
+    assert not backend.interrupt("A", 2, T + 1, [event_id])        # wrong generation
+    assert not backend.interrupt("A", 1, T + LATER, [event_id])    # lapsed
+    assert not backend.interrupt("A", 1, T + 1, [event_id, 999])   # not all ours
+    assert snapshot(backend, [event_id]) == before
+    assert backend.finish("A", 1, T + 1, [event_id])
+    assert not backend.interrupt("A", 1, T + 2, [event_id])        # done is done
+
+
+def test_next_work_says_when_a_run_has_something_to_do(backend: Store) -> None:
+    policy = Policy(lease_ttl=TTL, retry_backoff=30, backoff_cap=100)
+    assert backend.next_work(T) is None
+    backend.add_timer(TimerSpec(name="digest", due=T + 500, every=3600), T)
+    assert backend.next_work(T) == T + 500
+    event_id = backend.ingest("chat", "m", "{}", T).id
+    due = backend.next_work(T)
+    assert due is not None and due <= T  # work now
+    backend.acquire("A", T, TTL)
+    backend.claim("A", 1, T, policy)
+    # Running under a live lease: nothing for another run until that lease ends.
+    assert backend.next_work(T + 1) == T + TTL + 1
+    assert backend.fail("A", 1, T + 1, [event_id], "boom", policy)
+    assert backend.next_work(T + 1) == T + 31  # the retry's backoff, before the timer
+    assert backend.release("A", 1, T + 1)
+    assert backend.claim("A", 1, T + 1, policy) is None  # the lease is gone
+    assert backend.acquire("B", T + 40, TTL) == 2
+    batch = backend.claim("B", 2, T + 40, policy)
+    assert batch is not None and len(batch) == 1
+    assert backend.finish("B", 2, T + 40, [event_id])
+    assert backend.next_work(T + 40) == T + 500
+    # Left running by a worker whose lease was released: work at once.
+    backend.ingest("chat", "n", "{}", T + 41)
+    assert backend.claim("B", 2, T + 41, policy)
+    assert backend.release("B", 2, T + 41)
+    due = backend.next_work(T + 42)
+    assert due is not None and due <= T + 42

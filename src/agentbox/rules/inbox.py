@@ -4,7 +4,9 @@ Attempts are counted when an event is claimed, so a worker that crashes
 still uses one up. Events left running by an older generation lost their
 worker and are retried; a pending event out of attempts goes dead; a retried
 event is claimed alone, so a poison event cannot drag healthy ones down with
-it; a handler error on the last attempt is final at once.
+it; a handler error on the last attempt is final at once. A stop someone asked
+for (SIGTERM, Ctrl-C) is not the event's fault: its attempt is given back, so
+it never moves an event towards dead, while a crash still uses one up.
 """
 
 from __future__ import annotations
@@ -62,3 +64,29 @@ def after_failure(attempts: int, now: int, policy: Policy) -> AfterFailure:
         return AfterFailure("dead", available_at, f"failed on its last attempt ({attempts} of "
                                                   f"{policy.max_attempts})")
     return AfterFailure("pending", available_at, None)
+
+
+def given_back(attempts: int) -> int:
+    """The attempts an event keeps after an asked-for stop gave its claim back."""
+    return max(attempts - 1, 0)
+
+
+def interrupted(attempts: int) -> str:
+    """The history detail of a claim given back by an asked-for stop."""
+    return f"run stopped; attempt {attempts} given back"
+
+
+def next_work(first_available: int | None, next_timer: int | None, running: bool,
+              lease_until: int | None, now: int) -> int | None:
+    """When a run next has something to do in an inbox, or None when nothing is scheduled.
+
+    ``first_available`` is the earliest ``available_at`` of a pending event,
+    ``next_timer`` the next timer's due time. Events left ``running`` are
+    retried by the first claim after their lease ends, so they count from the
+    end of the lease (at once when there is none). A time at or before ``now``
+    means there is work now.
+    """
+    times = [t for t in (first_available, next_timer) if t is not None]
+    if running:
+        times.append(now if lease_until is None else lease_until + 1)
+    return min(times) if times else None

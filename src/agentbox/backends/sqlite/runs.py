@@ -136,3 +136,39 @@ def fail(conn: sqlite3.Connection, holder: str, generation: int, now: int,
                 history.record(conn, now, "event", event_id, "dead", generation,
                                then.dead_reason)
         return True
+
+
+def interrupt(conn: sqlite3.Connection, holder: str, generation: int, now: int,
+              ids: Sequence[int]) -> bool:
+    """Give a stopped run's events back to pending, each with its attempt given back."""
+    with write(conn):
+        if not _fenced(conn, holder, generation, now, ids):
+            return False
+        unique = sorted(set(ids))
+        rows = conn.execute(
+            f"SELECT id, attempts FROM events WHERE id IN ({','.join('?' * len(unique))})",
+            unique).fetchall()
+        conn.executemany(
+            "UPDATE events SET status = 'pending', attempts = ?, updated_at = ? WHERE id = ?",
+            [(rules.given_back(attempts), now, event_id) for event_id, attempts in rows])
+        history.record_many(conn, now, "event", "interrupted",
+                            ((event_id, generation, rules.interrupted(attempts))
+                             for event_id, attempts in rows))
+        return True
+
+
+def next_work(conn: sqlite3.Connection, now: int) -> int | None:
+    """When a run next has something to do in this inbox (see rules.inbox.next_work)."""
+    from agentbox.backends.sqlite import lease as leases
+
+    # Most of the time some pending event is available now: find one by the
+    # index without taking the minimum over a long queue.
+    ready = conn.execute("SELECT available_at FROM events WHERE status = 'pending' "
+                         "AND available_at <= ? LIMIT 1", (now,)).fetchone()
+    first = ready[0] if ready else conn.execute(
+        "SELECT MIN(available_at) FROM events WHERE status = 'pending'").fetchone()[0]
+    running = conn.execute("SELECT 1 FROM events WHERE status = 'running' LIMIT 1").fetchone()
+    timer = timers.next_due(conn)
+    held = leases.current(conn)
+    return rules.next_work(first, timer.due if timer else None, running is not None,
+                           held.until if held else None, now)

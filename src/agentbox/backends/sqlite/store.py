@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         TimerSpec,
         Wait,
     )
+    from agentbox.store import Waiter
 
 C = TypeVar("C", bound=type)
 
@@ -140,6 +141,21 @@ class SqliteStore:
         from agentbox.backends.sqlite import runs
 
         return runs.fail(self.conn, holder, generation, now, ids, error, policy)
+
+    def interrupt(self, holder: str, generation: int, now: int, ids: Sequence[int]) -> bool:
+        from agentbox.backends.sqlite import runs
+
+        return runs.interrupt(self.conn, holder, generation, now, ids)
+
+    def next_work(self, now: int) -> int | None:
+        from agentbox.backends.sqlite import runs
+
+        return runs.next_work(self.conn, now)
+
+    def waiter(self) -> Waiter:
+        from agentbox.backends.sqlite.wake import InboxWaiter
+
+        return InboxWaiter(self.conn, self.location)
 
     def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
         from agentbox.backends.sqlite import timers

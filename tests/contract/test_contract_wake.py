@@ -1,0 +1,72 @@
+"""Store contract: a waiter wakes for another connection's changes, never for its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from agentbox.rules.answer import Answer, Message
+from agentbox.store import Store
+
+from .kit import POLICY, TTL, T
+
+PATIENCE = 30.0  # seconds: a wait that should end at once may take this long on a busy machine
+
+
+def _woken_by(waiter_store: Store, change: Callable[[], object]) -> None:
+    """A waiter on ``waiter_store`` sleeps until ``change()``, run 0.3 s later in another
+    thread, and no longer than that takes to be seen."""
+    waiter = waiter_store.waiter()
+    try:
+        worker = threading.Timer(0.3, change)
+        began = time.monotonic()
+        worker.start()
+        assert waiter.wait(PATIENCE)
+        assert time.monotonic() - began >= 0.25  # it slept until the change came
+        worker.join()
+    finally:
+        waiter.close()
+
+
+def test_an_ingest_elsewhere_wakes_the_waiter(backend: Store, twin: Store) -> None:
+    _woken_by(backend, lambda: twin.ingest("chat", "m1", "{}", T))
+    assert backend.status().events["pending"] == 1
+
+
+def test_a_finished_run_elsewhere_wakes_the_waiter(backend: Store, twin: Store) -> None:
+    event_id = twin.ingest("chat", "m1", "{}", T).id
+    twin.acquire("A", T, TTL)
+    twin.claim("A", 1, T, POLICY)
+
+    def finish() -> None:
+        assert twin.finish("A", 1, T, [event_id], Answer(messages=(Message("hi"),)))
+
+    _woken_by(backend, finish)
+    assert backend.status().outbox["held"] == 1
+
+
+def test_own_changes_do_not_wake_the_waiter(backend: Store) -> None:
+    waiter = backend.waiter()
+    try:
+        backend.ingest("chat", "m1", "{}", T)
+        backend.acquire("A", T, TTL)
+        assert backend.renew("A", 1, T + 1, TTL)
+        began = time.monotonic()
+        assert not waiter.wait(0.5)
+        assert time.monotonic() - began >= 0.45
+    finally:
+        waiter.close()
+
+
+def test_a_change_before_the_wait_returns_at_once(backend: Store, twin: Store) -> None:
+    waiter = backend.waiter()
+    try:
+        twin.ingest("chat", "m1", "{}", T)
+        time.sleep(0.05)  # let the commit land; the waiter must not have missed it
+        began = time.monotonic()
+        assert waiter.wait(PATIENCE)
+        assert time.monotonic() - began < PATIENCE
+        assert not waiter.wait(0.2)  # and it counts once
+    finally:
+        waiter.close()

@@ -1,0 +1,132 @@
+"""The SQLite wake-up: inotify rings confirmed by data_version, and the polling fallback."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agentbox.backends.sqlite import wake
+from agentbox.backends.sqlite.inboxes import SqliteInboxes, user_of
+from agentbox.backends.sqlite.store import SqliteStore
+
+from .enginekit import T
+
+PATIENCE = 30.0
+
+
+@pytest.fixture(params=["inotify", "polling"])
+def bell(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs with inotify, and again as on a system without it."""
+    if request.param == "polling":
+        def refuse(folder: Path) -> None:
+            raise OSError("no inotify here")
+
+        monkeypatch.setattr(wake, "_Inotify", refuse)
+    return str(request.param)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    path = tmp_path / "inboxes"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def inboxes(folder: Path) -> Iterator[SqliteInboxes]:
+    found = SqliteInboxes(folder)
+    yield found
+    found.close()
+
+
+def later(seconds: float, action: Callable[[], object]) -> threading.Timer:
+    timer = threading.Timer(seconds, action)
+    timer.start()
+    return timer
+
+
+def test_the_waiter_uses_inotify_where_there_is_some(bell: str, folder: Path) -> None:
+    with SqliteStore(folder / "alice.sqlite3") as store:
+        waiter = store.waiter()
+        assert waiter.changes.notified is (bell == "inotify")  # type: ignore[attr-defined]
+        waiter.close()
+
+
+def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -> None:
+    path = folder / "alice.sqlite3"
+    with SqliteStore(path) as mine, SqliteStore(path) as theirs:
+        waiter = mine.waiter()
+        try:
+            for n in range(5):
+                timer = later(0.1, lambda n=n: theirs.ingest("chat", f"m{n}", "{}", T))
+                assert waiter.wait(PATIENCE)
+                timer.join()
+                # Woken only once the commit shows: the reader sees the new event.
+                assert mine.status().events["pending"] == n + 1
+        finally:
+            waiter.close()
+
+
+def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
+        bell: str, folder: Path) -> None:
+    with SqliteStore(folder / "alice.sqlite3") as alice, \
+            SqliteStore(folder / "bob.sqlite3") as bob:
+        waiter = alice.waiter()
+        try:
+            bob.ingest("chat", "m1", "{}", T)
+            (folder / "notes.txt").write_text("hello")
+            assert not waiter.wait(0.5)
+        finally:
+            waiter.close()
+
+
+def test_the_folder_waiter_names_the_inboxes_that_changed(
+        bell: str, folder: Path, inboxes: SqliteInboxes) -> None:
+    with SqliteStore(folder / "alice.sqlite3") as alice:
+        alice.ingest("chat", "m0", "{}", T)
+    assert inboxes.users() == ["alice"]
+    assert inboxes.next_work(T, ["alice"]) == {"alice": 0}
+    waiter = inboxes.waiter()
+    try:
+        with SqliteStore(folder / "alice.sqlite3") as alice:
+            later(0.1, lambda: alice.ingest("chat", "m1", "{}", T)).join()
+            assert waiter.wait(PATIENCE) == {"alice"}
+        # A new inbox appears: named too, before anyone opened it here.
+        later(0.1, lambda: SqliteStore(folder / "carol.sqlite3").close()).join()
+        assert "carol" in waiter.wait(PATIENCE)
+        assert inboxes.users() == ["alice", "carol"]
+    finally:
+        waiter.close()
+
+
+def test_the_folder_waiter_ignores_this_process_own_writes(
+        bell: str, folder: Path, inboxes: SqliteInboxes) -> None:
+    SqliteStore(folder / "alice.sqlite3").close()
+    store = inboxes.store("alice")
+    waiter = inboxes.waiter()
+    try:
+        store.ingest("chat", "m1", "{}", T)
+        began = time.monotonic()
+        assert waiter.wait(0.5) == set()
+        assert time.monotonic() - began >= 0.45
+    finally:
+        waiter.close()
+
+
+def test_files_that_are_not_inboxes_are_left_alone(
+        folder: Path, inboxes: SqliteInboxes) -> None:
+    (folder / "..hidden.sqlite3").write_bytes(b"")
+    (folder / "notes.sqlite3.bak").write_bytes(b"")
+    (folder / "junk.sqlite3").write_text("not a database")
+    SqliteStore(folder / "alice.sqlite3").close()
+    assert user_of("alice.sqlite3-wal") == user_of("alice.sqlite3") == "alice"
+    assert user_of("..hidden.sqlite3") is None
+    assert inboxes.users() == ["alice", "junk"]
+    assert inboxes.next_work(T, inboxes.users()) == {}
+    failed = inboxes.failures()
+    assert list(failed) == ["junk"] and "not an agentbox database" in failed["junk"]
+    assert inboxes.failures() == {}
