@@ -20,3 +20,13 @@ def now() -> int:
 
 def pinned() -> bool:
     return bool(os.environ.get("AGENTBOX_NOW"))
+
+
+def seconds_until(at: int) -> float:
+    """Seconds from now until the Unix second ``at`` begins (negative once it has).
+
+    On the real clock this counts fractions, so a watcher wakes when a timer
+    falls due rather than up to a second later; a pinned clock never moves.
+    """
+    pinned_at = os.environ.get("AGENTBOX_NOW")
+    return at - (now() if pinned_at else time.time())

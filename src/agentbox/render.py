@@ -62,6 +62,13 @@ def document(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def json_line(obj: Any) -> None:
+    """One compact JSON document on one line of stdout: what a watching command prints
+    for each thing it does with ``--json`` (JSON lines)."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
 def data(text: str) -> None:
     """Text for a pipe, exactly as it is (a message body, a unit file), and a newline."""
     sys.stdout.write(text + "\n")

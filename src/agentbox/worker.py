@@ -1,11 +1,18 @@
-"""One run of the agent: scheduler pass, lease, claim, handler, finish, release.
+"""Runs of the agent over one inbox: one run, or watching until stopped.
 
 This is the orchestration behind ``agentbox run``, kept free of the CLI so
-tests and other front ends drive the same code. The guarantees stay in the
-store: the handler runs outside any transaction, the lease is renewed about
-every third of its TTL while the handler works (and the handler stopped when
-it cannot be), and everything the handler answered is written in the one
-fenced finish transaction, or not at all.
+that the scenario runner, the all-users pool and the tests drive the same
+code. The guarantees stay in the store: the handler runs outside any
+transaction, the lease is renewed about every third of its TTL while the
+handler works (and the handler stopped when it cannot be), and everything the
+handler answered is written in the one fenced finish transaction, or not at
+all.
+
+A watching worker (:meth:`Worker.watch`) holds its inbox's lease for as long
+as it watches, renewing it every third of the TTL, so a second watcher on the
+same inbox is a standby: it sleeps until the lease ends (released on a clean
+stop, expired when the first died or stalled) and takes over with a new
+generation, which fences the first out of everything it might still try.
 """
 
 from __future__ import annotations
@@ -15,23 +22,27 @@ import json
 import os
 import shutil
 import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
-from agentbox.store import Store
+from agentbox.stopping import Interrupted, Stop
+from agentbox.store import Store, Waiter
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
 MIN_HEARTBEAT = 0.2  # seconds; a very short lease_ttl still renews sanely
+LONGEST_SLEEP = 300.0  # a watcher looks again at least this often, whatever it waits for
+IDLE_FLOOR = 0.05  # a pass that found nothing to do never sleeps less than this
 
-# outcome -> exit code
+# outcome -> exit code of a one-shot run; an interrupted run exits 128 + the signal
 EXIT_CODES: dict[str, int] = {
     "idle": Exit.OK,          # nothing to claim
     "done": Exit.OK,          # the handler answered and the finish was recorded
@@ -40,14 +51,6 @@ EXIT_CODES: dict[str, int] = {
     "lost": Exit.TEMPFAIL,    # the lease lapsed while the handler ran; handler stopped
     "refused": Exit.TEMPFAIL,  # the fence refused the finish; nothing recorded
 }
-
-
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT reached the run while its handler was working."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class RunReport:
             "busy": "the lease is held by another worker; nothing claimed",
             "lost": f"lease lost while the handler ran; {ids} left for the next worker",
             "refused": f"finish refused by the lease fence; {ids} left to the current holder",
-        }.get(self.outcome, f"{self.outcome}; {ids} not done")
+        }.get(self.outcome, self.error or f"{self.outcome}; {ids} not done")
         return f"{gen}{text}{fired}"
 
 
@@ -146,76 +149,129 @@ def idempotency_key(instance: str, event_id: int) -> str:
     return f"{instance}-event-{event_id}"
 
 
+@dataclass(frozen=True)
+class Batch:
+    """One run's claim, as its handler is given it."""
+
+    user: str
+    db: str
+    generation: int
+    instance: str
+    events: tuple[Event, ...]
+
+    def document(self) -> bytes:
+        """The handler's stdin: {"user", "generation", "events": [...]}."""
+        doc = {"user": self.user, "generation": self.generation, "events": [
+            {"id": e.id, "source": e.source, "source_id": e.source_id,
+             "payload": json.loads(e.payload), "attempt": e.attempts,
+             "idempotency_key": idempotency_key(self.instance, e.id)} for e in self.events]}
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8")
+
+    def env(self) -> dict[str, str]:
+        """What the handler's environment adds to agentbox's own."""
+        return {"AGENTBOX_USER": self.user, "AGENTBOX_DB": self.db,
+                "AGENTBOX_GENERATION": str(self.generation)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a handler made of a batch: an answer, an error, or nothing (the lease was lost)."""
+
+    answer: Answer | None = None
+    error: str | None = None
+    lost: bool = False
+
+
+class Handler(Protocol):
+    """Turns a batch into an :class:`Outcome`: a command, or a scenario's scripted answer."""
+
+    def check(self) -> None:
+        """Raise :class:`CommandNotStarted` when the handler cannot be started."""
+
+    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Outcome:
+        """Work the batch, calling ``heartbeat`` every ``every`` seconds while at it;
+        stop and report the lease lost when it returns False."""
+
+
+@dataclass(frozen=True)
+class CommandHandler:
+    """The user's command: the batch on stdin, the answer on stdout, no shell."""
+
+    argv: Sequence[str]
+    timeout: int
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def check(self) -> None:
+        check_command(self.argv, self.env)
+
+    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Outcome:
+        try:
+            result = run_child(self.argv, batch.document(), {**self.env, **batch.env()},
+                               self.timeout, heartbeat=heartbeat, heartbeat_every=every)
+        except CommandNotStarted as exc:
+            return Outcome(error=str(exc))
+        if result.stopped:  # only a failed heartbeat stops the child
+            return Outcome(lost=True)
+        if not result.ok:
+            return Outcome(error=f"handler {result.describe()}")
+        tail = result.stderr_tail.strip()
+        try:
+            if result.stdout_truncated:
+                raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
+            return Outcome(answer=parse(result.stdout))
+        except BadInput as exc:
+            return Outcome(error=f"handler output rejected: {exc}"
+                           + (f"; stderr: {tail}" if tail else ""))
+
+
 @dataclass
 class Worker:
     """Runs a handler over one user's inbox; one holder id per process."""
 
     store: Store
     policy: Policy
-    argv: Sequence[str]
+    handler: Handler
     user: str
     db: str
     clock: Callable[[], int]
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     holder: str = field(default_factory=new_holder_id)
-    _signalled: int | None = field(default=None, init=False)
-    _raise_on_signal: bool = field(default=False, init=False)
-
-    # -- signals ---------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def signals(self) -> Iterator[None]:
-        """Turn SIGTERM/SIGINT into a clean stop: handler group stopped, nothing done.
-
-        Outside the handler's lifetime a signal is only noted and acted on at
-        the next safe point, so no transaction is ever cut in half by it.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum: int, _frame: object) -> None:
-            self._signalled = signum
-            if self._raise_on_signal:
-                self._raise_on_signal = False
-                raise Interrupted(signum)
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    stop: Stop = field(default_factory=Stop)
+    _renew_at: float = field(default=0.0, init=False, repr=False)  # monotonic
+    _standing_by: tuple[str, int] | None = field(default=None, init=False, repr=False)
 
     @property
-    def signalled(self) -> int | None:
-        return self._signalled
+    def renew_every(self) -> float:
+        return max(MIN_HEARTBEAT, self.policy.lease_ttl / 3)
 
     # -- one run ---------------------------------------------------------------
 
     def run_once(self) -> RunReport:
         """Tick, acquire, claim, run the handler, finish or fail, release."""
-        check_command(self.argv, self.env)
+        self.handler.check()
         fired = self.store.tick(self.clock(), self.policy)
-        if self._signalled is not None:
+        if self.stop.requested:
             return self._interrupted(None, [], fired)
         generation = self.store.acquire(self.holder, self.clock(), self.policy.lease_ttl)
         if generation is None:
             return RunReport("busy", EXIT_CODES["busy"], timers_fired=fired,
                              error=self._busy_error())
         try:
-            events = self.store.claim(self.holder, generation, self.clock(), self.policy)
-            if events is None:
-                return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
-                                 error=f"lease lost before claiming (generation {generation})")
-            if self._signalled is not None:
-                return self._interrupted(generation, [e.id for e in events], fired)
-            if not events:
-                return RunReport("idle", EXIT_CODES["idle"], generation, timers_fired=fired)
-            return self._handle(generation, events, fired)
+            return self.work(generation, fired)
         finally:
             with contextlib.suppress(AgentboxError):
                 self.store.release(self.holder, generation, self.clock())
+
+    def work(self, generation: int, fired: int = 0) -> RunReport:
+        """Claim one batch under a lease this worker holds, run the handler, record it."""
+        events = self.store.claim(self.holder, generation, self.clock(), self.policy)
+        if events is None:
+            return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
+                             error=f"lease lost before claiming (generation {generation})")
+        if self.stop.requested:
+            return self._interrupted(generation, [e.id for e in events], fired)
+        if not events:
+            return RunReport("idle", EXIT_CODES["idle"], generation, timers_fired=fired)
+        return self._handle(generation, events, fired)
 
     def _busy_error(self) -> str:
         held = self.store.lease()
@@ -226,60 +282,36 @@ class Worker:
         return (f"the lease is held by another worker ({held.holder}, generation "
                 f"{held.generation}, until {when(held.until)}); try again later")
 
-    def _batch(self, generation: int, events: list[Event]) -> bytes:
-        instance = self.store.instance_id()
-        doc = {"user": self.user, "generation": generation, "events": [
-            {"id": e.id, "source": e.source, "source_id": e.source_id,
-             "payload": json.loads(e.payload), "attempt": e.attempts,
-             "idempotency_key": idempotency_key(instance, e.id)} for e in events]}
-        return json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    def _renew(self, generation: int) -> bool:
+        """Renew the lease; False when it cannot be kept (or proven kept)."""
+        try:
+            renewed = self.store.renew(self.holder, generation, self.clock(),
+                                       self.policy.lease_ttl)
+        except AgentboxError:
+            return False  # cannot prove we still hold it: stop rather than race
+        if renewed:
+            self._renew_at = time.monotonic() + self.renew_every
+        return renewed
 
     def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
         ids = [e.id for e in events]
-        ttl = self.policy.lease_ttl
-
-        def heartbeat() -> bool:
-            """Renew the lease; False (the child is stopped) when it cannot be kept."""
-            try:
-                return self.store.renew(self.holder, generation, self.clock(), ttl)
-            except AgentboxError:
-                return False  # cannot prove we still hold it: stop rather than race
-
-        env = {**self.env, "AGENTBOX_USER": self.user, "AGENTBOX_DB": self.db,
-               "AGENTBOX_GENERATION": str(generation)}
-        stdin = self._batch(generation, events)
+        batch = Batch(self.user, self.db, generation, self.store.instance_id(), tuple(events))
         try:
-            self._raise_on_signal = True
-            if self._signalled is not None:
-                raise Interrupted(self._signalled)
-            try:
-                result = run_child(self.argv, stdin, env, self.policy.handler_timeout,
-                                   heartbeat=heartbeat,
-                                   heartbeat_every=max(MIN_HEARTBEAT, ttl / 3))
-            finally:
-                self._raise_on_signal = False
-        except Interrupted as stop:  # run_child stopped the handler's group on its way out
-            return self._interrupted(generation, ids, fired, stop.signum)
-        except CommandNotStarted as exc:
-            return self._fail(generation, ids, fired, str(exc))
-        if self._signalled is not None:
+            with self.stop.interruptible():
+                outcome = self.handler.handle(batch, lambda: self._renew(generation),
+                                              self.renew_every)
+        except Interrupted:  # the handler's whole group was stopped on the way out
             return self._interrupted(generation, ids, fired)
-        if result.stopped:  # only a failed heartbeat stops the child
+        # A stop that came after the handler ended waits for its outcome to be recorded:
+        # giving back finished work would only have it done twice.
+        if outcome.lost:
             return RunReport("lost", EXIT_CODES["lost"], generation, tuple(ids), fired,
                              error=f"lease lost while the handler ran (generation "
                                    f"{generation}); the handler was stopped and nothing "
                                    "was recorded")
-        if not result.ok:
-            return self._fail(generation, ids, fired, f"handler {result.describe()}")
-        tail = result.stderr_tail.strip()
-        try:
-            if result.stdout_truncated:
-                raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
-            answer = parse(result.stdout)
-        except BadInput as exc:
-            return self._fail(generation, ids, fired, f"handler output rejected: {exc}"
-                              + (f"; stderr: {tail}" if tail else ""))
-        return self._finish(generation, ids, fired, answer)
+        if outcome.error is not None:
+            return self._fail(generation, ids, fired, outcome.error)
+        return self._finish(generation, ids, fired, outcome.answer or Answer())
 
     def _finish(self, generation: int, ids: list[int], fired: int,
                 answer: Answer) -> RunReport:
@@ -319,22 +351,94 @@ class Worker:
                                f"(generation {generation}); nothing was recorded and the "
                                "events are left to the current holder")
 
-    def _interrupted(self, generation: int | None, ids: list[int], fired: int,
-                     signum: int | None = None) -> RunReport:
-        """Stop cleanly: the claimed events are failed (not done), the lease released."""
-        sig = signum or self._signalled or signal.SIGTERM
-        name = signal.Signals(sig).name
-        error = f"run interrupted by {name}; the handler was stopped"
+    def _interrupted(self, generation: int | None, ids: list[int], fired: int) -> RunReport:
+        """Stop cleanly: the claimed events go back to pending with their attempt given back."""
+        given = False
         if generation is not None and ids:
             with contextlib.suppress(AgentboxError):
-                self.store.fail(self.holder, generation, self.clock(), ids, error, self.policy)
-        return RunReport("interrupted", 128 + sig, generation, tuple(ids), fired, error=error)
+                given = self.store.interrupt(self.holder, generation, self.clock(), ids)
+        what = f"{len(ids)} event(s) ({', '.join(map(str, ids))})"
+        if not ids:
+            then = "nothing was claimed"
+        elif given:
+            then = f"the handler was stopped; {what} back to pending, the attempt given back"
+        else:
+            then = (f"the handler was stopped; {what} left for the next worker (the lease "
+                    "had moved on)")
+        sig = self.stop.signum or signal.SIGTERM
+        return RunReport("interrupted", 128 + sig, generation, tuple(ids), fired,
+                         error=f"run interrupted by {self.stop.name}; {then}")
+
+    # -- watching --------------------------------------------------------------
+
+    def watch(self, emit: Callable[[RunReport], None], say: Callable[[str], None]) -> None:
+        """Run until stopped: work as soon as there is work, sleep otherwise.
+
+        ``emit`` gets every run that did something, ``say`` what changes about
+        the lease. Returns after a stop (the lease released); raises
+        :class:`CommandNotStarted` when the handler cannot be started, before
+        anything is claimed.
+        """
+        self.handler.check()
+        waiter = self.store.waiter()
+        held: int | None = None
+        try:
+            while not self.stop.requested:
+                if held is None:
+                    held = self._take(waiter, say)
+                    continue
+                if time.monotonic() >= self._renew_at and not self._renew(held):
+                    say(f"lease lost while watching (generation {held}); standing by")
+                    held = None
+                    continue
+                self.handler.check()
+                report = self.work(held, self.store.tick(self.clock(), self.policy))
+                if report.outcome != "idle":
+                    emit(report)
+                if report.outcome in ("lost", "refused"):
+                    held = None
+                elif report.outcome == "idle":
+                    due = self.store.next_work(self.clock())
+                    self._sleep(waiter, due, self._renew_at)
+        finally:
+            waiter.close()
+            if held is not None:
+                with contextlib.suppress(AgentboxError):
+                    self.store.release(self.holder, held, self.clock())
+
+    def _take(self, waiter: Waiter, say: Callable[[str], None]) -> int | None:
+        """Take the lease if it is free, else sleep until it may be (a standby)."""
+        lease = self.store.lease()
+        now = self.clock()
+        if lease is not None and lease.holder != self.holder and lease.until >= now:
+            if self._standing_by != (lease.holder, lease.generation):
+                self._standing_by = (lease.holder, lease.generation)
+                say(f"standing by: {lease.holder} holds the lease (generation "
+                    f"{lease.generation})")
+            self._sleep(waiter, lease.until + 1)
+            return None
+        generation = self.store.acquire(self.holder, now, self.policy.lease_ttl)
+        if generation is not None:
+            self._renew_at = time.monotonic() + self.renew_every
+            self._standing_by = None
+            say(f"watching with the lease (generation {generation})")
+        return generation
+
+    def _sleep(self, waiter: Waiter, due: int | None, renew_at: float | None = None) -> None:
+        """Sleep until ``due`` (Unix seconds), ``renew_at`` (monotonic), a change, or a stop."""
+        delay = LONGEST_SLEEP
+        if due is not None:
+            delay = min(delay, seconds_until(due))
+        if renew_at is not None:
+            delay = min(delay, renew_at - time.monotonic())
+        with contextlib.suppress(Interrupted), self.stop.interruptible():
+            waiter.wait(max(delay, IDLE_FLOOR))
 
 
 def run_until_empty(worker: Worker, limit: int = MAX_RUNS) -> list[RunReport]:
     """Runs until one finds nothing to do, one does not exit 0, or ``limit`` runs."""
     reports: list[RunReport] = []
-    while len(reports) < limit and worker.signalled is None:
+    while len(reports) < limit and not worker.stop.requested:
         report = worker.run_once()
         reports.append(report)
         if report.exit_code != 0 or report.outcome == "idle":

@@ -115,8 +115,9 @@ def test_a_renewed_lease_is_never_taken_over(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_handler_group_and_releases_the_lease(
+def test_a_signal_stops_the_handler_group_and_gives_the_attempt_back(
         cli, agentbox_proc, start_run, handler, tmp_path, inbox, sig):
+    assert cli("config", "set", "max_attempts", "1").code == 0  # the last attempt, even
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     started = tmp_path / "started"
     worker = start_run("--", *handler, "--started", str(started), "--grandchild",
@@ -124,19 +125,22 @@ def test_a_signal_stops_the_handler_group_and_releases_the_lease(
     pids = started_pids(started)
     worker.send_signal(sig)
     code, out, err = finish_proc(worker)
-    assert code == 128 + sig
-    assert f"run interrupted by {sig.name}" in err
-    assert out.startswith("generation 1: interrupted; 1 event(s) (1) not done")
+    assert code == 128 + sig  # a one-shot run that was cut short says so
+    assert f"run interrupted by {sig.name}; the handler was stopped" in err
+    assert out.startswith(f"generation 1: run interrupted by {sig.name}; the handler was "
+                          "stopped; 1 event(s) (1) back to pending, the attempt given back")
     wait_for(lambda: not any(alive(p) for p in pids), "the handler group to stop")
     store = inbox()
     event = store.find("chat", "m1")
-    assert (event.status, event.attempts) == ("pending", 1)
-    assert f"interrupted by {sig.name}" in event.error
+    # An asked-for stop never moves an event towards dead, even on its last attempt.
+    assert (event.status, event.attempts, event.error) == ("pending", 0, None)
+    assert actions(store, 1) == ["stored", "claimed", "interrupted"]
+    assert store.story(1)[-1].detail == "run stopped; attempt 1 given back"
     assert messages(store) == []
     # Released: the next run at the very same moment need not wait out the TTL.
     again = agentbox_proc("run", "--", *handler, env={"AGENTBOX_NOW": str(T0)})
     assert again.returncode == 0, again.stderr
-    assert state(store, "m1") == ("done", 2)
+    assert state(store, "m1") == ("done", 1)
 
 
 def test_a_lost_lease_stops_the_handler_and_records_nothing(

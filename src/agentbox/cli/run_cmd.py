@@ -1,4 +1,5 @@
-"""run: one short run of the agent, the unit a systemd timer or cron fires."""
+"""run: one short run of the agent (what a systemd timer or cron fires), or --watch:
+a worker that runs until stopped, for one inbox or, with --all-users, for all of them."""
 
 
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -9,7 +10,11 @@ from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import command_flag, duration_flag
 
 if TYPE_CHECKING:
-    from agentbox.worker import RunReport
+    from collections.abc import Mapping
+
+    from agentbox.cli.session import Session
+    from agentbox.store import Store
+    from agentbox.worker import RunReport, Worker
 
 
 HandlerArgv = Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
@@ -19,6 +24,8 @@ HandlerOption = Annotated[Optional[str], typer.Option(  # noqa: UP045
     "--handler", metavar="CMD",
     help="The handler command, split like a shell would (no shell runs it). "
     "Default: the `handler` setting.", show_default=False)]
+NO_HANDLER = ("no handler: pass --handler CMD or -- CMD ARGS, or set one with "
+              "`agentbox config set handler CMD`")
 
 
 @app.command()
@@ -33,6 +40,13 @@ def run(
     until_empty: Annotated[bool, typer.Option(
         "--until-empty", help="Repeat runs until nothing is left to claim (stops at the "
         "first run that does not exit 0).")] = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Run until stopped: a run starts as soon as events are available "
+        "or a timer falls due. A second watcher on the same inbox stands by and takes "
+        "over when the first stops, dies or stalls. Exits 0 on SIGTERM or SIGINT.")] = False,
+    all_users: Annotated[bool, typer.Option(
+        "--all-users", help="With --watch: serve every user's inbox from this one process, "
+        "one batch per inbox in turn; several such processes share the inboxes.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """One run: scheduler pass, lease, claim a batch, run the handler, finish, release.
@@ -40,25 +54,45 @@ def run(
     The handler reads {"user", "generation", "events": [...]} on stdin and
     answers {"messages", "approvals", "timers"} on stdout (empty = silence).
     Exit 0 done or nothing to do, 1 the handler failed or timed out (recorded;
-    the events retry), 2 no handler, 75 the lease is held elsewhere or was lost.
+    the events retry), 2 no handler, 75 the lease is held elsewhere or was lost,
+    128 + the signal when SIGTERM or SIGINT stopped it (the events go back to
+    pending, their attempt given back). With --watch, one line (or with --json
+    one JSON object) per run that did something, and exit 0 after a stop.
     """
-
-    from agentbox import render
     from agentbox.errors import UsageError
-    from agentbox.worker import MAX_RUNS, Worker, run_until_empty
 
+    if all_users and not watch:
+        raise UsageError("--all-users works with --watch")
+    if watch and until_empty:
+        raise UsageError("--until-empty and --watch do not go together: --watch keeps "
+                         "running")
     argv = command_flag("--handler", handler, command)
     sess = session(ctx)
-    settings = sess.settings({"handler": argv,
-                              "handler_timeout": duration_flag("--timeout", timeout)})
+    flags = {"handler": argv, "handler_timeout": duration_flag("--timeout", timeout)}
+    if all_users:
+        _serve_all(sess, argv, flags, as_json)
+        return
+    settings = sess.settings(flags)
     if not settings.handler:
-        raise UsageError("no handler: pass --handler CMD or -- CMD ARGS, or set one with "
-                         "`agentbox config set handler CMD`")
-    worker = Worker(store=sess.store(), policy=settings.policy, argv=settings.handler,
+        raise UsageError(NO_HANDLER)
+    from agentbox.worker import CommandHandler, Worker
+
+    worker = Worker(store=sess.store(), policy=settings.policy,
+                    handler=CommandHandler(settings.handler, settings.policy.handler_timeout),
                     user=sess.user, db=sess.db_target, clock=sess.now)
-    with worker.signals():
+    if watch:
+        _watch(worker, as_json)
+    else:
+        _once(worker, until_empty, as_json)
+
+
+def _once(worker: "Worker", until_empty: bool, as_json: bool) -> None:
+    from agentbox import render
+    from agentbox.worker import MAX_RUNS, run_until_empty
+
+    with worker.stop.installed():
         reports = run_until_empty(worker) if until_empty else [worker.run_once()]
-    code = _exit_code(reports, worker.signalled)
+    code = _exit_code(reports, worker.stop.signum)
     if as_json:
         render.document({"outcome": reports[-1].outcome if reports else "interrupted",
                          "exit_code": code, "runs": [r.document() for r in reports]})
@@ -79,3 +113,65 @@ def _exit_code(reports: "list[RunReport]", signalled: int | None) -> int:
     if signalled is not None and code == 0:
         return 128 + signalled
     return code
+
+
+def _say_run(report: "RunReport", as_json: bool, user: str | None = None) -> None:
+    """One run of a watching worker: a line (or a JSON line); its trouble on stderr."""
+    from agentbox import render
+
+    prefix = f"{user}: " if user is not None else ""
+    if as_json:
+        render.json_line({"user": user, **report.document()} if user else report.document())
+    else:
+        render.line(prefix + report.describe())
+    if report.outcome in ("failed", "lost", "refused") and report.error:
+        render.notice(prefix + report.error)
+
+
+def _watch(worker: "Worker", as_json: bool) -> None:
+    from agentbox import render
+
+    with worker.stop.installed():
+        worker.watch(lambda report: _say_run(report, as_json), render.notice)
+    render.notice(f"stopped by {worker.stop.name}")
+
+
+def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, object]",
+               as_json: bool) -> None:
+    """run --watch --all-users: one process serving every inbox."""
+    import os
+
+    from agentbox import config, paths, render
+    from agentbox.errors import UsageError
+    from agentbox.pool import Pool
+    from agentbox.store import open_inboxes
+    from agentbox.worker import CommandHandler, Worker, check_command
+
+    if sess.user_flag is not None:
+        raise UsageError("--all-users serves every user; leave out --user")
+    target = sess.inboxes_target()
+    if not config.resolve(paths.config_path(), "", flags).handler:
+        raise UsageError(NO_HANDLER + " (a user's own setting overrides it for that user)")
+    if argv:
+        check_command(argv, os.environ)  # before watching: a typo fails now, not per inbox
+
+    def worker_for(user: str, store: "Store") -> Worker:
+        settings = config.resolve(paths.config_path(), user, flags)
+        if not settings.handler:
+            raise UsageError(NO_HANDLER)
+        handler = CommandHandler(settings.handler, settings.policy.handler_timeout)
+        handler.check()
+        return Worker(store=store, policy=settings.policy, handler=handler, user=user,
+                      db=store.location, clock=sess.now)
+
+    inboxes = open_inboxes(target)
+    try:
+        pool = Pool(inboxes, worker_for, sess.now,
+                    emit=lambda user, report: _say_run(report, as_json, user),
+                    say=render.notice)
+        render.notice(f"serving every inbox in {inboxes.location}")
+        with pool.stop.installed():
+            pool.serve()
+        render.notice(f"stopped by {pool.stop.name}")
+    finally:
+        inboxes.close()
