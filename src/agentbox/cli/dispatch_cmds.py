@@ -2,11 +2,12 @@
 
 ``dispatch`` keeps stdout for data only: the merged body when there is no
 sender command (so cron can pipe it on), or the JSON document with
-``--json``. What happened is said on stderr.
+``--json`` (with ``--watch``, one per line). What happened is said on
+stderr. The sending itself is :mod:`agentbox.dispatcher`'s.
 """
 
 
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -14,10 +15,8 @@ from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import command_flag, complete_delivery, duration_flag
 
 if TYPE_CHECKING:
-    from agentbox.cli.session import Session
-    from agentbox.rules.outbox import Settle
-    from agentbox.rules.records import Dispatch, SendOutcome, Wait
-    from agentbox.store import Store
+    from agentbox.dispatcher import DispatchReport, Sent
+    from agentbox.rules.records import Dispatch, Wait
 
 # The table; JSON objects carry these names and the message body too.
 LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "body", "error"]
@@ -30,108 +29,12 @@ def _preview(body: str) -> str:
     return flat if len(flat) <= PREVIEW else flat[:PREVIEW - 1].rstrip() + "…"
 
 
-def _sender_env(sess: "Session", dispatch: "Dispatch", body: bytes) -> dict[str, str]:
-    """The sender's environment: ours, plus what it needs to dedupe and find the inbox.
-
-    ``AGENTBOX_BODY_BYTES`` and ``AGENTBOX_BODY_SHA256`` describe the whole
-    body on stdin: a dispatcher killed while writing it leaves the sender a
-    cut-short stdin, which it can only tell from a shorter message by these.
-    """
-    import hashlib
-    import os
-
-    return {**os.environ, "AGENTBOX_DISPATCH_KEY": dispatch.key,
-            "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
-            "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
-            "AGENTBOX_BODY_BYTES": str(len(body)),
-            "AGENTBOX_BODY_SHA256": hashlib.sha256(body).hexdigest(),
-            "AGENTBOX_USER": sess.user_or_none() or "",
-            "AGENTBOX_DB": sess.db_target}
-
-
-class Sent(NamedTuple):
-    """How a try ended: the sender's word, whether it was recorded, and when."""
-
-    outcome: "SendOutcome"
-    error: str | None
-    recorded: bool
-    at: int
-
-    def fate(self, dispatch: "Dispatch") -> "tuple[Settle, int | None]":
-        """What the word did to the dispatch (the rule the store applied), and when
-        its key is tried again, if it is."""
-        from agentbox.rules.outbox import on_settle, resend_after
-
-        action = on_settle("sending", dispatch.mode, dispatch.tries, dispatch.tries,
-                           self.outcome, dispatch.max_tries)
-        again = {"unknown": dispatch.deadline,
-                 "retry": resend_after(self.at, dispatch.tries)}.get(action)
-        return action, again
-
-
 # The dispatch's messages after each fate, for --json.
 _STATE_AFTER = {"sent": "sent", "late-sent": "sent", "failed": "held", "retry": "sending",
                 "unknown": "sending", "park": "uncertain"}
 
 
-def _settle(store: "Store", sess: "Session", dispatch: "Dispatch", outcome: "SendOutcome",
-            error: str | None) -> Sent:
-    """Record the outcome in a second transaction, saying so if the database would not."""
-    from agentbox.errors import Busy
-
-    now = sess.now()
-    try:
-        recorded = store.settle_dispatch(dispatch.key, outcome, now, error,
-                                         attempt=dispatch.tries)
-    except Busy as exc:
-        raise Busy(f"the send ended ({outcome}) but could not be recorded: {exc}; dispatch "
-                   f"{dispatch.key} counts as not known after its claim deadline") from None
-    return Sent(outcome, error, recorded, now)
-
-
-def _send(sess: "Session", store: "Store", dispatch: "Dispatch", argv: list[str] | None,
-          timeout: int, as_json: bool) -> Sent:
-    """Deliver the claimed body and record how it went.
-
-    With no sender, writing the body to stdout (inside the JSON document with
-    ``--json``) is the delivery.
-    """
-    from agentbox import render
-
-    if argv is None:
-        try:
-            if as_json:
-                render.document(_claim_doc(dispatch, None, printed=True))
-            else:
-                render.data(dispatch.body)
-        except OSError as exc:  # a closed pipe: the body went nowhere
-            return _settle(store, sess, dispatch, "failed",
-                           f"stdout closed: {exc.strerror or exc}")
-        return _settle(store, sess, dispatch, "sent", None)
-    from agentbox.process import CommandNotStarted, run_child
-
-    try:
-        body = dispatch.body.encode("utf-8")
-        result = run_child(argv, body, _sender_env(sess, dispatch, body), timeout,
-                           label="sender")
-    except CommandNotStarted as exc:
-        return _settle(store, sess, dispatch, "failed", str(exc))
-    except BaseException:
-        # Interrupted while the sender ran: it may have delivered.
-        import contextlib
-
-        with contextlib.suppress(Exception):
-            store.settle_dispatch(dispatch.key, "unknown", sess.now(),
-                                  "dispatcher interrupted mid-send", attempt=dispatch.tries)
-        raise
-    from agentbox.rules.outbox import sender_word
-
-    outcome = sender_word(result.ok, result.returncode, result.timed_out, result.stopped)
-    said = None if outcome == "sent" else f"sender {result.describe()}"
-    return _settle(store, sess, dispatch, outcome, said)
-
-
-def _claim_doc(dispatch: "Dispatch", sent: Sent | None, printed: bool) -> dict[str, Any]:
+def _claim_doc(dispatch: "Dispatch", sent: "Sent | None", printed: bool) -> dict[str, Any]:
     """The --json document of a claimed dispatch; ``sent`` None: the body is printed."""
     action, again = sent.fate(dispatch) if sent is not None else ("sent", None)
     doc: dict[str, Any] = {
@@ -169,7 +72,7 @@ def _say_wait(wait: "Wait", now: int) -> None:
                   f"{render.when(until)} (in {format_duration(max(until - now, 1))}){flight}")
 
 
-def _say_claim(dispatch: "Dispatch", sent: Sent) -> None:
+def _say_claim(dispatch: "Dispatch", sent: "Sent") -> None:
     from agentbox import render
 
     details = [f"{len(dispatch.message_ids)} message(s)"]
@@ -225,17 +128,25 @@ def dispatch(
     timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--timeout", help="Stop the sender after this long, e.g. 60s (default: config "
         "`send_timeout`).", show_default=False)] = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Send until stopped: as soon as the gap allows, an urgent message "
+        "at once, an unanswered at-least-once send again after its claim deadline. "
+        "Exits 0 on SIGTERM or SIGINT.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Send the held messages merged into one, at most once per gap.
 
     The body goes on the sender's stdin, or on stdout when no sender is set.
     Exit 0 sent, nothing to send, or the gap has not passed; 1 the sender
-    failed or timed out; 75 the database stayed busy.
+    failed or timed out; 75 the database stayed busy; 128 + the signal when
+    SIGTERM or SIGINT stopped it mid-send (the outcome is then not known).
     """
+    import os
+
     from agentbox import render
+    from agentbox.dispatcher import CommandSender, Dispatcher, PrintSender, Sender
     from agentbox.errors import UsageError
-    from agentbox.rules.records import DELIVERY_MODES, Wait
+    from agentbox.rules.records import DELIVERY_MODES
 
     if mode is not None and mode not in DELIVERY_MODES:
         raise UsageError(f"--mode must be one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
@@ -245,22 +156,59 @@ def dispatch(
                               "send_timeout": duration_flag("--timeout", timeout)})
     policy = settings.policy
     argv = argv or settings.sender
-    store = sess.store()
-    now = sess.now()
-    claimed = store.claim_dispatch(now, policy.delivery, policy.outbox_gap, policy.send_timeout,
-                                   policy.max_send_tries)
-    if isinstance(claimed, Wait):
-        if as_json:
-            render.document(_wait_doc(claimed))
-        else:
-            _say_wait(claimed, now)
+    sender: Sender
+    if argv is None:
+        sender = PrintSender(lambda claimed: _print(claimed, as_json, watch))
+    else:
+        # What the sender needs to find the inbox, beside our environment.
+        sender = CommandSender(argv, policy.send_timeout, {
+            **os.environ, "AGENTBOX_USER": sess.user_or_none() or "",
+            "AGENTBOX_DB": sess.db_target})
+    dispatcher = Dispatcher(sess.store(), policy, sender, sess.now)
+    if watch:
+        from agentbox.durations import format_duration
+
+        render.notice(f"watching the outbox: {policy.delivery}, at most one send per "
+                      f"{format_duration(policy.outbox_gap)} (urgent ones at once)")
+        with dispatcher.stop.installed():
+            dispatcher.watch(lambda report: _say(report, argv is not None, as_json, watch))
+        render.notice(f"stopped by {dispatcher.stop.name}")
         return
-    sent = _send(sess, store, claimed, argv, policy.send_timeout, as_json)
+    with dispatcher.stop.installed():
+        report = dispatcher.dispatch_once()
+    if report.wait is not None:
+        if as_json:
+            render.document(_wait_doc(report.wait))
+        else:
+            _say_wait(report.wait, sess.now())
+        return
+    _say(report, argv is not None, as_json, watch)
+    raise typer.Exit(report.exit_code)
+
+
+def _print(dispatch: "Dispatch", as_json: bool, watch: bool) -> None:
+    """The delivery when there is no sender: the body (in its JSON document) on stdout."""
+    from agentbox import render
+
+    if as_json:
+        (render.json_line if watch else render.document)(
+            _claim_doc(dispatch, None, printed=True))
+    else:
+        render.data(dispatch.body)
+
+
+def _say(report: "DispatchReport", commanded: bool, as_json: bool, watch: bool) -> None:
+    """A claimed dispatch's end: its JSON document (printed already when the printing
+    was the delivery), else lines on stderr."""
+    from agentbox import render
+
+    claimed, sent = report.dispatch, report.sent
+    assert claimed is not None and sent is not None
     if not as_json:
         _say_claim(claimed, sent)
-    elif argv is not None:
-        render.document(_claim_doc(claimed, sent, printed=False))
-    raise typer.Exit(0 if sent.outcome == "sent" else 1)
+    elif commanded:
+        (render.json_line if watch else render.document)(
+            _claim_doc(claimed, sent, printed=False))
 
 
 outbox_app = typer.Typer(help="The held, in-flight and uncertain messages.",

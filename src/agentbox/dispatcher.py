@@ -1,0 +1,230 @@
+"""Sending the held messages: one dispatch, or watching until stopped.
+
+The orchestration behind ``agentbox dispatch``, kept free of the CLI so the
+scenario runner and the tests drive the same code. A dispatch is three
+steps, and no lock is held while the sender runs: the rows are claimed under
+a dispatch key in one short transaction, the sender runs, and its word is
+settled in a second transaction (the rules are in
+:mod:`agentbox.rules.outbox`).
+
+A watching dispatcher (:meth:`Dispatcher.watch`) sends as soon as the gap
+allows, an urgent message at once, and an at-least-once claim whose outcome
+was not known once its deadline passes; it sleeps otherwise. Several may
+watch one outbox: the claim decides which one sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from agentbox.clock import seconds_until
+from agentbox.errors import AgentboxError, Busy
+from agentbox.process import CommandNotStarted, run_child
+from agentbox.rules.outbox import sender_word
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Dispatch, SendOutcome, Wait
+from agentbox.stopping import Interrupted, Stop
+from agentbox.store import Store, Waiter
+
+if TYPE_CHECKING:
+    from agentbox.rules.outbox import Settle
+
+INTERRUPTED = "dispatcher interrupted mid-send"
+NOT_STARTED = "dispatch stopped before the sender ran"
+LONGEST_SLEEP = 300.0  # seconds a watching dispatcher sleeps at most
+IDLE_FLOOR = 0.05
+# A watching dispatcher whose sends keep failing waits 1 s, 2 s, 4 s … up to this.
+LONGEST_BACKOFF = 300.0
+
+
+class Sent(NamedTuple):
+    """How a try ended: the sender's word, whether it was recorded, and when."""
+
+    outcome: SendOutcome
+    error: str | None
+    recorded: bool
+    at: int
+
+    def fate(self, dispatch: Dispatch) -> tuple[Settle, int | None]:
+        """What the word did to the dispatch (the rule the store applied), and when
+        its key is tried again, if it is."""
+        from agentbox.rules.outbox import on_settle, resend_after
+
+        action = on_settle("sending", dispatch.mode, dispatch.tries, dispatch.tries,
+                           self.outcome, dispatch.max_tries)
+        again = {"unknown": dispatch.deadline,
+                 "retry": resend_after(self.at, dispatch.tries)}.get(action)
+        return action, again
+
+
+@dataclass(frozen=True)
+class DispatchReport:
+    """What one dispatch did: how the try of a claim ended, or why nothing was claimed."""
+
+    outcome: str  # sent | failed | unknown | interrupted (a claim); waiting | nothing
+    dispatch: Dispatch | None = None
+    sent: Sent | None = None  # a claim's try, as recorded
+    wait: Wait | None = None
+    signum: int | None = None  # the signal that interrupted it
+
+    @property
+    def exit_code(self) -> int:
+        """0 when sent or nothing to send; 1 when a send did not go; 128 + the signal
+        when a stop cut it short."""
+        if self.outcome == "interrupted":
+            return 128 + (self.signum or signal.SIGTERM)
+        return 0 if self.dispatch is None or self.outcome == "sent" else 1
+
+
+class Sender(Protocol):
+    """Delivers a claimed body and gives its word: sent, failed, or not known."""
+
+    def send(self, dispatch: Dispatch) -> tuple[SendOutcome, str | None]:
+        """The outcome, and the error when it is not ``sent``."""
+
+
+@dataclass(frozen=True)
+class CommandSender:
+    """The user's sender command: the merged body on stdin, no shell."""
+
+    argv: Sequence[str]
+    timeout: int
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def send(self, dispatch: Dispatch) -> tuple[SendOutcome, str | None]:
+        """The body on stdin; in the environment, what the sender needs to dedupe and
+        to tell a cut-short stdin (a dispatcher killed while writing it) from a shorter
+        message: the key, the try, and the body's size and SHA-256."""
+        import hashlib
+
+        body = dispatch.body.encode("utf-8")
+        env = {**self.env, "AGENTBOX_DISPATCH_KEY": dispatch.key,
+               "AGENTBOX_DISPATCH_ATTEMPT": str(dispatch.tries),
+               "AGENTBOX_DISPATCH_URGENT": "1" if dispatch.urgent else "0",
+               "AGENTBOX_BODY_BYTES": str(len(body)),
+               "AGENTBOX_BODY_SHA256": hashlib.sha256(body).hexdigest()}
+        try:
+            result = run_child(self.argv, body, env, self.timeout, label="sender")
+        except CommandNotStarted as exc:
+            return "failed", str(exc)
+        outcome = sender_word(result.ok, result.returncode, result.timed_out, result.stopped)
+        return outcome, None if outcome == "sent" else f"sender {result.describe()}"
+
+
+@dataclass(frozen=True)
+class PrintSender:
+    """No sender command: writing the body out is the delivery."""
+
+    write: Callable[[Dispatch], None]
+
+    def send(self, dispatch: Dispatch) -> tuple[SendOutcome, str | None]:
+        try:
+            self.write(dispatch)
+        except OSError as exc:  # a closed pipe: the body went nowhere
+            return "failed", f"stdout closed: {exc.strerror or exc}"
+        return "sent", None
+
+
+@dataclass
+class Dispatcher:
+    """Sends one outbox's held messages through ``sender``."""
+
+    store: Store
+    policy: Policy
+    sender: Sender
+    clock: Callable[[], int]
+    stop: Stop = field(default_factory=Stop)
+
+    def claim(self) -> Dispatch | Wait:
+        """Claim the next send (an overdue at-least-once resend first), or say why not."""
+        return self.store.claim_dispatch(self.clock(), self.policy.delivery,
+                                         self.policy.outbox_gap, self.policy.send_timeout,
+                                         self.policy.max_send_tries)
+
+    def deliver(self, dispatch: Dispatch) -> DispatchReport:
+        """Run the sender on a claimed dispatch and settle its word."""
+        if self.stop.requested:  # the stop came during the claim: nothing went out
+            return DispatchReport("interrupted", dispatch,
+                                  self._settle(dispatch, "failed", NOT_STARTED),
+                                  signum=self.stop.signum)
+        try:
+            with self.stop.interruptible():
+                outcome, error = self.sender.send(dispatch)
+        except Interrupted:  # the sender's group was stopped: it may have delivered
+            sent = Sent("unknown", INTERRUPTED, False, self.clock())
+            with contextlib.suppress(AgentboxError):
+                sent = self._settle(dispatch, "unknown", INTERRUPTED)
+            return DispatchReport("interrupted", dispatch, sent, signum=self.stop.signum)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._settle(dispatch, "unknown", INTERRUPTED)
+            raise
+        return DispatchReport(outcome, dispatch, self._settle(dispatch, outcome, error))
+
+    def dispatch_once(self) -> DispatchReport:
+        claimed = self.claim()
+        if isinstance(claimed, Wait):
+            return DispatchReport("waiting" if claimed.held else "nothing", wait=claimed)
+        return self.deliver(claimed)
+
+    def _settle(self, dispatch: Dispatch, outcome: SendOutcome, error: str | None) -> Sent:
+        """Record the word in a second transaction, saying so if the database would not."""
+        now = self.clock()
+        try:
+            recorded = self.store.settle_dispatch(dispatch.key, outcome, now, error,
+                                                  attempt=dispatch.tries)
+        except Busy as exc:
+            raise Busy(f"the send ended ({outcome}) but could not be recorded: {exc}; "
+                       f"dispatch {dispatch.key} counts as not known after its claim "
+                       "deadline") from None
+        return Sent(outcome, error, recorded, now)
+
+    # -- watching --------------------------------------------------------------
+
+    def watch(self, emit: Callable[[DispatchReport], None]) -> None:
+        """Send until stopped: at once when the gap allows, sleeping otherwise."""
+        waiter = self.store.waiter()
+        failures = 0
+        try:
+            while not self.stop.requested:
+                outbox = self.store.status().outbox
+                if not (outbox["held"] or outbox["sending"]):
+                    self._sleep(waiter, None)  # nothing to send until something changes
+                    continue
+                report = self.dispatch_once()
+                if report.dispatch is None:
+                    self._sleep(waiter, _next_look(report.wait))
+                    continue
+                emit(report)
+                failures = failures + 1 if report.outcome == "failed" else 0
+                if failures:  # a failing channel is not hammered
+                    self._pause(min(2.0 ** (failures - 1), LONGEST_BACKOFF))
+        finally:
+            waiter.close()
+
+    def _sleep(self, waiter: Waiter, due: int | None) -> None:
+        delay = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, seconds_until(due))
+        with contextlib.suppress(Interrupted), self.stop.interruptible():
+            waiter.wait(max(delay, IDLE_FLOOR))
+
+    def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(Interrupted), self.stop.interruptible():
+            time.sleep(seconds)
+
+
+def _next_look(wait: Wait | None) -> int | None:
+    """When a dispatch may next claim something: the gap ends, or a claim's deadline passes."""
+    if wait is None:
+        return None
+    times = []
+    if wait.held and wait.until is not None:
+        times.append(wait.until)
+    if wait.in_flight_until is not None:
+        times.append(wait.in_flight_until + 1)
+    return min(times) if times else None
