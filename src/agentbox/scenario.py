@@ -2,10 +2,13 @@
 
 A scenario is a TOML file of steps against a simulated clock (the format is
 described in the README, "Scenarios"). :func:`run` replays one through the
-:class:`~agentbox.store.Store` on a fresh temporary database, making
-the same store calls the commands make, and records what each step observed
-next to what it expected. Nothing here decides an outcome: every rule lives
-behind the store, so a broken rule shows up as a step that differs.
+:class:`~agentbox.store.Store` on a fresh temporary database and records what
+each step observed next to what it expected. Its ``run`` and ``dispatch``
+steps go through the very :class:`~agentbox.worker.Worker` and
+:class:`~agentbox.dispatcher.Dispatcher` the commands use, with a scripted
+handler and sender in place of the user's commands. Nothing here decides an
+outcome: every rule lives behind the store, so a broken rule shows up as a
+step that differs.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from agentbox.dispatcher import Dispatcher
 from agentbox.durations import FIRST_TIME, LAST_TIME, format_duration, parse_duration
 from agentbox.errors import AgentboxError, BadInput, UsageError
+from agentbox.rules.answer import Answer
 from agentbox.rules.answer import parse as parse_answer
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.outbox import SEPARATOR
@@ -32,11 +37,14 @@ from agentbox.rules.records import (
     DELIVERY_MODES,
     EVENT_STATES,
     OUTBOX_STATES,
+    Dispatch,
+    SendOutcome,
     TimerSpec,
     Wait,
 )
 from agentbox.rules.timers import cron_due
 from agentbox.store import Store, open_store
+from agentbox.worker import Batch, Outcome, Worker
 
 DEFAULT_START = 1_000_000  # the article's simulated clock starts here
 PACKAGE = "agentbox.scenarios"
@@ -44,7 +52,11 @@ SHOWN_SEPARATOR = " | "  # how a merged outbox body is shown, as the article pri
 COUNTABLE = ("events", *(f"events.{s}" for s in EVENT_STATES),
              "outbox", *(f"outbox.{s}" for s in OUTBOX_STATES))
 UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
-SENDERS = ("ok", "fail", "unknown", "die")
+# The simulated sender's word; "die" is a dispatcher that died mid-send, so nothing settles.
+WORDS: dict[str, tuple[SendOutcome, str | None]] = {
+    "ok": ("sent", None), "fail": ("failed", "the sender failed"),
+    "unknown": ("unknown", "the sender was killed")}
+SENDERS = (*WORDS, "die")
 _TOP_KEYS = ("title", "description", "start", "settings", "step")
 _COMMON = ("do", "expect", "at", "label")
 
@@ -268,14 +280,42 @@ def _crash(run: _Run, a: Mapping[str, Any]) -> list[str] | None:
     return _claim(run, a)
 
 
+@dataclass(frozen=True)
+class _Scripted:
+    """The handler of a `run` step: it answers what the file says, at once."""
+
+    answer: Answer
+
+    def check(self) -> None:
+        pass
+
+    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Outcome:
+        return Outcome(answer=self.answer)
+
+
 def _run(run: _Run, a: Mapping[str, Any]) -> list[str] | str | None:
-    """One whole run, as `agentbox run` makes it: acquire, claim, finish, release."""
-    claimed = _crash(run, a)
-    if claimed is None:
+    """One whole run, made by the worker `agentbox run` uses: tick, acquire, claim,
+    handle, finish, release."""
+    worker = run.worker(a["worker"])
+    report = Worker(run.store, run.policy, _Scripted(a["answer"]), user="scenario",
+                    db=run.store.location, clock=lambda: run.now,
+                    holder=worker.holder).run_once()
+    if report.generation is not None:
+        worker.generation = report.generation
+    if report.outcome in ("busy", "lost"):
         return None
-    finished = _finish(run, a)
-    _release(run, a)
-    return claimed if finished else "refused"
+    if report.outcome == "refused":
+        return "refused"
+    if report.outcome == "failed":
+        return f"error: {report.error}"
+    worker.claim_gen, worker.claimed = report.generation, report.events
+    return [_source_id(run, i) for i in report.events]
+
+
+def _source_id(run: _Run, event_id: int) -> str:
+    event = run.store.event(event_id)
+    assert event is not None
+    return event.source_id
 
 
 def _advance(run: _Run, a: Mapping[str, Any]) -> None:
@@ -323,30 +363,36 @@ def _shown(body: str) -> str:
     return body.replace(SEPARATOR, SHOWN_SEPARATOR)
 
 
+@dataclass(frozen=True)
+class _Channel:
+    """The sender of a `dispatch` step: the channel records what may have reached it."""
+
+    run: _Run
+    word: str
+
+    def send(self, dispatch: Dispatch) -> tuple[SendOutcome, str | None]:
+        if self.word != "fail":
+            self.run.channel.append((self.run.labels[dispatch.key], dispatch.body))
+        return WORDS[self.word]
+
+
 def _dispatch(run: _Run, a: Mapping[str, Any]) -> str:
-    """One dispatcher pass with a simulated sender.
+    """One pass of the dispatcher `agentbox dispatch` uses, with a simulated sender.
 
     ``ok`` delivers and says so; ``fail`` certainly did not deliver; ``unknown``
     (killed or timed out) and ``die`` (the dispatcher itself died, so nothing
     settles the claim) may have delivered: the channel records them as received.
     """
-    mode = a["mode"] or run.policy.delivery
-    got = run.store.claim_dispatch(run.now, mode, run.policy.outbox_gap,
-                                   run.policy.send_timeout, run.policy.max_send_tries)
+    policy = run.policy._replace(delivery=a["mode"] or run.policy.delivery)
+    dispatcher = Dispatcher(run.store, policy, _Channel(run, a["sender"]), lambda: run.now)
+    got = dispatcher.claim()
     if isinstance(got, Wait):
         return "wait" if got.held else "empty"
-    label = run.labels.setdefault(got.key, f"K{len(run.labels) + 1}")
-    sender = a["sender"]
-    if sender != "fail":
-        run.channel.append((label, got.body))
-    if sender == "ok":
-        run.store.settle_dispatch(got.key, "sent", run.now, attempt=got.tries)
-    elif sender == "fail":
-        run.store.settle_dispatch(got.key, "failed", run.now, "the sender failed",
-                                  attempt=got.tries)
-    elif sender == "unknown":
-        run.store.settle_dispatch(got.key, "unknown", run.now, "the sender was killed",
-                                  attempt=got.tries)
+    run.labels.setdefault(got.key, f"K{len(run.labels) + 1}")
+    if a["sender"] == "die":
+        run.channel.append((run.labels[got.key], got.body))
+    else:
+        dispatcher.deliver(got)
     return _shown(got.body)
 
 

@@ -76,7 +76,7 @@ def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
 
     monkeypatch.setattr(outbox, "last_send", any_claim)
     failed = _failures(cli, "failed-send-held-again")
-    assert failed[0]["n"] == 4 and failed[0]["observed"] == "wait"
+    assert failed[0]["n"] == 5 and failed[0]["observed"] == "wait"
 
 
 def test_never_parking_at_most_once_claims_breaks_the_uncertain_case(
