@@ -13,6 +13,7 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from proctools import proc_env
+from watchtools import Watcher, start
 
 T0 = 1_000_000  # the article's simulated clock starts here
 
@@ -76,3 +77,21 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
     """A fresh SQLite store on disk."""
     with SqliteStore(tmp_path / "inbox.sqlite3") as opened:
         yield opened
+
+
+@pytest.fixture
+def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]]:
+    """start_watcher("run", "--watch", ..., name="a", env={...}): a long-running agentbox
+    process for alice; every one still running at the end is killed."""
+    started: list[Watcher] = []
+
+    def begin(*argv: str, name: str = "watcher",
+              env: Mapping[str, str] | None = None) -> Watcher:
+        watcher = start(tmp_path, name, list(argv), {**proc_env(home), **(env or {})})
+        started.append(watcher)
+        return watcher
+
+    yield begin
+    for watcher in started:
+        if watcher.proc.poll() is None:
+            watcher.kill()

@@ -25,7 +25,7 @@ SENDER = r"""
 import json, os, sys, time
 body = sys.stdin.read()
 env = os.environ
-entry = {"pid": os.getpid(), "body": body,
+entry = {"pid": os.getpid(), "at": time.time(), "body": body,
          "key": env.get("AGENTBOX_DISPATCH_KEY"), "attempt": env.get("AGENTBOX_DISPATCH_ATTEMPT"),
          "urgent": env.get("AGENTBOX_DISPATCH_URGENT"), "user": env.get("AGENTBOX_USER"),
          "db": env.get("AGENTBOX_DB")}

@@ -84,13 +84,19 @@ class _Inotify:
 
 
 class _Polling:
-    """No notifications to be had: every call is a short sleep and 'anything may have changed'."""
+    """No notifications to be had: every ``period`` seconds, 'anything may have changed'."""
 
     def __init__(self, period: float) -> None:
         self.period = period
+        self.look_at = time.monotonic()
 
     def ring(self, timeout: float) -> set[str] | None:
-        time.sleep(max(min(timeout, self.period), 0.0))
+        pause = min(timeout, self.look_at - time.monotonic())
+        if pause > 0:
+            time.sleep(pause)
+        if time.monotonic() < self.look_at:
+            return set()
+        self.look_at = time.monotonic() + self.period
         return None
 
     def close(self) -> None:
@@ -130,16 +136,20 @@ class Changes:
         return not isinstance(self.bell, _Polling)
 
     def wait(self, timeout: float) -> set[str]:
-        """Sleep until some inboxes changed or ``timeout`` seconds pass; the changed ones."""
+        """Sleep until some inboxes changed or ``timeout`` seconds pass; the changed ones.
+
+        The doorbell is read at least once, even with no time to wait: a caller too
+        busy to sleep still learns which inboxes changed meanwhile.
+        """
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             now = time.monotonic()
             changed = self._confirm(now)
-            if changed or now >= deadline:
+            if changed:
                 return changed
             step = min(deadline, self.safety_at,
                        *(at for at, _, _ in self.suspects.values())) - now
-            rung = self.bell.ring(step)
+            rung = self.bell.ring(max(step, 0.0))
             now = time.monotonic()
             if rung is None or now >= self.safety_at:
                 # No word of which file changed, or time for the safety look: every inbox
@@ -151,6 +161,8 @@ class Changes:
                 inbox = self.owner(file)
                 if inbox is not None:
                     self.suspects[inbox] = (now, FIRST_RECHECK, now + SETTLE)
+            if now >= deadline:
+                return self._confirm(now)
 
     def _confirm(self, now: float) -> set[str]:
         changed: set[str] = set()
