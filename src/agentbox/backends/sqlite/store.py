@@ -21,6 +21,7 @@ from agentbox.rules.records import Status
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
 # runs once per webhook and needs none of them.
 if TYPE_CHECKING:
+    from agentbox.backends.sqlite.wake import InboxWaiter
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
     from agentbox.rules.records import (
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
         TimerSpec,
         Wait,
     )
-    from agentbox.store import Waiter
 
 C = TypeVar("C", bound=type)
 
@@ -152,7 +152,7 @@ class SqliteStore:
 
         return runs.next_work(self.conn, now)
 
-    def waiter(self) -> Waiter:
+    def waiter(self) -> InboxWaiter:
         from agentbox.backends.sqlite.wake import InboxWaiter
 
         return InboxWaiter(self.conn, self.location)
