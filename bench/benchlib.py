@@ -43,7 +43,9 @@ class Row:
 
     ``higher_is_better`` says how to read the ratio (subject / baseline): a
     time is good when the ratio is at most ``target``, a rate when it is at
-    least ``target``.
+    least ``target``. ``limit``, where the design sets an absolute bound on
+    the subject itself (a latency, a share of a core), must hold as well: at
+    most ``limit``, or at least it for a rate.
     """
 
     what: str
@@ -54,6 +56,7 @@ class Row:
     higher_is_better: bool
     note: str = ""
     errors: int = 0
+    limit: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -64,13 +67,20 @@ class Row:
         if self.target is None:
             return self.errors == 0
         met = self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+        if self.limit is not None:
+            met = met and (self.subject >= self.limit if self.higher_is_better
+                           else self.subject <= self.limit)
         return met and self.errors == 0
 
     @property
     def target_text(self) -> str:
         if self.target is None:
             return "none: the cost of what agentbox does by design"
-        return f"{'≥' if self.higher_is_better else '≤'} {self.target:g}{TIMES}"
+        sign = "≥" if self.higher_is_better else "≤"
+        text = f"{sign} {self.target:g}{TIMES}"
+        if self.limit is not None:
+            text += f", {sign} {format_value(self.limit, self.unit)}"
+        return text
 
     def document(self) -> dict[str, object]:
         return {**asdict(self), "ratio": self.ratio, "ok": self.ok}
@@ -82,9 +92,10 @@ class Row:
 
 
 def time_row(what: str, subject_s: float, baseline_s: float, target: float | None,
-             note: str = "", errors: int = 0) -> Row:
+             note: str = "", errors: int = 0, limit_s: float | None = None) -> Row:
     """A row of wall times in milliseconds; lower is better."""
-    return Row(what, subject_s * 1000, baseline_s * 1000, "ms", target, False, note, errors)
+    return Row(what, subject_s * 1000, baseline_s * 1000, "ms", target, False, note, errors,
+               None if limit_s is None else limit_s * 1000)
 
 
 def rate_row(what: str, subject: float, baseline: float, target: float | None,
@@ -95,7 +106,7 @@ def rate_row(what: str, subject: float, baseline: float, target: float | None,
 
 
 def format_value(value: float, unit: str) -> str:
-    if unit != "ms" or value >= 100:
+    if value >= 100 or (unit != "ms" and value >= 10):
         return f"{value:,.0f} {unit}"
     return f"{value:.{1 if value >= 10 else 2 if value >= 1 else 3}f} {unit}"
 
@@ -188,6 +199,22 @@ def run_program(argv: Sequence[str], env: dict[str, str],
                          f"{done.stderr.decode(errors='replace')[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time a running process has used so far (Linux): nanoseconds from schedstat
+    where the kernel keeps them, else user + system clock ticks."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The value below which ``share`` of ``values`` lie (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def raw_connect(path: Path) -> sqlite3.Connection:

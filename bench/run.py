@@ -26,7 +26,7 @@ from pathlib import Path
 from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
-           "concurrency", "serve")
+           "concurrency", "serve", "wakeup", "watch")
 LATEST = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
