@@ -6,6 +6,7 @@ handler within seconds, not within the figures the benchmark measures.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -71,7 +72,7 @@ def test_an_ingest_reaches_the_watching_handler_at_once(
 def test_a_timer_falling_due_starts_a_run(cli, start_watcher, handler, tmp_path,
                                           inbox) -> None:
     log = tmp_path / "log.jsonl"
-    watcher = start_watcher("run", "--watch", "--", *handler, "--record", str(log))
+    watcher = start_watcher("run", "--watch", "--json", "--", *handler, "--record", str(log))
     watching(inbox, watcher)
     assert cli("schedule", "add", "reminder", "--at", "+3s").code == 0
     due = inbox().timers()[0].due
@@ -80,7 +81,12 @@ def test_a_timer_falling_due_starts_a_run(cli, start_watcher, handler, tmp_path,
     [event] = run["batch"]["events"]  # type: ignore[index]
     assert event["source"] == "timer" and event["payload"]["scheduled_for"] == due
     assert 0 <= event["payload"]["late_by"] <= QUICK  # it slept until due, then ran
+    done(inbox(), 1)
     assert watcher.stop(signal.SIGINT) == 0
+    [line] = watcher.printed().splitlines()  # --json: one object per line, per run
+    assert json.loads(line) == {
+        "outcome": "done", "exit_code": 0, "generation": 1, "events": [event["id"]],
+        "timers_fired": 1, "messages": 1, "approvals": 0, "timers": 0, "error": None}
 
 
 def test_sigterm_mid_handler_gives_the_event_back_and_stops_its_whole_tree(
