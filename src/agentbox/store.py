@@ -267,6 +267,23 @@ def locate(db: str | os.PathLike[str] | None = None, user: str | None = None) ->
     return chosen if is_url(chosen) else os.path.abspath(chosen)
 
 
+def locate_inboxes(db: str | os.PathLike[str] | None = None) -> str:
+    """Where every user's inbox lives, for a process serving them all: a PostgreSQL URL
+    from ``db``, ``$AGENTBOX_DB`` or the top-level ``database`` setting, else the data
+    folder's ``inboxes``. A single inbox file cannot stand for all users (UsageError)."""
+    from agentbox import config, paths
+    from agentbox.errors import UsageError
+
+    chosen = (os.fspath(db) if db else os.environ.get("AGENTBOX_DB")
+              or config.resolve(paths.config_path(), "").database)
+    if not chosen:
+        return str(paths.data_dir() / "inboxes")
+    if is_url(chosen):
+        return chosen
+    raise UsageError(f"--all-users serves every inbox of the data folder or of a "
+                     f"PostgreSQL database, and {chosen} is a single inbox file")
+
+
 def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",
                make_folders: bool = False, busy_timeout: float | None = None) -> Store:
     """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox).

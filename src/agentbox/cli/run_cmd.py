@@ -144,12 +144,12 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
     from agentbox import config, paths, render
     from agentbox.errors import UsageError
     from agentbox.pool import Pool
-    from agentbox.store import open_inboxes
+    from agentbox.store import locate_inboxes, open_inboxes
     from agentbox.worker import CommandHandler, Worker, check_command
 
     if sess.user_flag is not None:
         raise UsageError("--all-users serves every user; leave out --user")
-    target = sess.inboxes_target()
+    target = locate_inboxes(sess.db_flag)
     if not config.resolve(paths.config_path(), "", flags).handler:
         raise UsageError(NO_HANDLER + " (a user's own setting overrides it for that user)")
     if argv:

@@ -32,23 +32,6 @@ class Session:
 
         return locate(self.db_flag, self.user_flag)
 
-    def inboxes_target(self) -> str:
-        """Where every user's inbox lives, for commands that serve them all: the
-        PostgreSQL URL of ``--db`` / ``$AGENTBOX_DB`` / the ``database`` setting, else
-        the data folder's ``inboxes``. A single inbox file cannot stand for all users."""
-        from agentbox import config
-        from agentbox.errors import UsageError
-        from agentbox.store import is_url
-
-        chosen = (self.db_flag or os.environ.get("AGENTBOX_DB")
-                  or config.resolve(paths.config_path(), "").database)
-        if not chosen:
-            return str(paths.data_dir() / "inboxes")
-        if is_url(chosen):
-            return chosen
-        raise UsageError(f"--all-users serves every inbox of the data folder or of a "
-                         f"PostgreSQL database, and {chosen} is a single inbox file")
-
     def settings(self, flags: Mapping[str, Any] | None = None) -> Settings:
         from agentbox import config
 
