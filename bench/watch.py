@@ -56,8 +56,11 @@ IDLE_LIMIT = 1.0  # % of one core
 POOL = 4
 # The handler and the sender note when they start, then read their input.
 STAMP = 'date +%s.%N >> "$1"\ncat > /dev/null\n'
-# The pool's handler keeps each batch in a file of its own, then works 20 ms.
-POOL_HANDLER = 'cat > "$1/$AGENTBOX_USER.$AGENTBOX_GENERATION.$$"\nsleep 0.02\n'
+# The pool's handler keeps each batch (one line of JSON) in a file of its own, with the
+# shell's built-ins, then works 20 ms: two programs started per batch, sh and sleep.
+POOL_HANDLER = ('IFS= read -r batch\n'
+                'printf "%s\\n" "$batch" > "$1/$AGENTBOX_USER.$AGENTBOX_GENERATION.$$"\n'
+                'sleep 0.02\n')
 
 
 class Home:
@@ -105,12 +108,15 @@ class Home:
         wait(lambda: getattr(self.store.status(), table)[state] >= count, f"{count} {state}")
 
 
-def wait(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+def wait(condition: Callable[[], object], what: str, timeout: float = 60.0,
+         every: float = 0.005) -> None:
+    """Poll ``condition``; the delays measured are stamped by the programs themselves,
+    so the polling only decides how soon the next measurement starts."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.002)
+        time.sleep(every)
 
 
 def stamped(home: Home, count: int) -> float:
@@ -235,7 +241,7 @@ def pool_rate(root: Path, template: Path, env: dict[str, str], processes: int,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
              for _ in range(processes)]
     total = sum(expected.values())
-    wait(lambda: len(os.listdir(batches)) >= total, "every batch", 600)
+    wait(lambda: len(os.listdir(batches)) >= total, "every batch", 600, every=0.1)
     time.sleep(0.5)  # the last finishes land
     for proc in procs:
         stop(proc)
