@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError
-from agentbox.rules.lease import new_holder_id
+from agentbox.rules.lease import new_holder_id, taken
 from agentbox.stopping import Interrupted, Stop
 from agentbox.store import Inboxes, InboxesWaiter, Store
 from agentbox.worker import IDLE_FLOOR, LONGEST_SLEEP, RunReport, Worker
@@ -97,8 +97,8 @@ class Pool:
             if report.outcome == "busy":
                 # Another process works it: look again when its lease ends (a release
                 # before that is a change, and wakes this process sooner).
-                held = worker.store.lease()
-                self._later[user] = held.until + 1 if held is not None else self.clock()
+                held, now = worker.store.lease(), self.clock()
+                self._later[user] = held.until + 1 if held and taken(held, now) else now
             elif report.outcome != "idle":
                 self.emit(user, report)
             self._said.pop(user, None)

@@ -31,7 +31,7 @@ from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
-from agentbox.rules.lease import new_holder_id
+from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
 from agentbox.stopping import Interrupted, Stop
@@ -410,7 +410,7 @@ class Worker:
         """Take the lease if it is free, else sleep until it may be (a standby)."""
         lease = self.store.lease()
         now = self.clock()
-        if lease is not None and lease.holder != self.holder and lease.until >= now:
+        if lease is not None and lease.holder != self.holder and taken(lease, now):
             if self._standing_by != (lease.holder, lease.generation):
                 self._standing_by = (lease.holder, lease.generation)
                 say(f"standing by: {lease.holder} holds the lease (generation "

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from agentbox.rules.lease import taken
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Entry
+from agentbox.rules.records import Entry, Lease
 
 
 class AfterFailure(NamedTuple):
@@ -77,16 +78,16 @@ def interrupted(attempts: int) -> str:
 
 
 def next_work(first_available: int | None, next_timer: int | None, running: bool,
-              lease_until: int | None, now: int) -> int | None:
+              lease: Lease | None, now: int) -> int | None:
     """When a run next has something to do in an inbox, or None when nothing is scheduled.
 
     ``first_available`` is the earliest ``available_at`` of a pending event,
     ``next_timer`` the next timer's due time. Events left ``running`` are
     retried by the first claim after their lease ends, so they count from the
-    end of the lease (at once when there is none). A time at or before ``now``
-    means there is work now.
+    end of the lease (at once when it is released, or there is none). A time
+    at or before ``now`` means there is work now.
     """
     times = [t for t in (first_available, next_timer) if t is not None]
     if running:
-        times.append(now if lease_until is None else lease_until + 1)
+        times.append(lease.until + 1 if lease is not None and taken(lease, now) else now)
     return min(times) if times else None

@@ -30,6 +30,11 @@ def holds(lease: Lease | None, holder: str, generation: int, now: int) -> bool:
             and lease.generation == generation and lease.until >= now)
 
 
+def taken(lease: Lease | None, now: int) -> bool:
+    """Someone holds the lease at ``now``: it is neither released nor expired."""
+    return lease is not None and not lease.released and lease.until >= now
+
+
 def next_generation(lease: Lease | None, holder: str, now: int) -> int | None:
     """The generation ``holder`` gets by acquiring now, or None while another holds it.
 

@@ -170,5 +170,5 @@ def next_work(conn: sqlite3.Connection, now: int) -> int | None:
     running = conn.execute("SELECT 1 FROM events WHERE status = 'running' LIMIT 1").fetchone()
     timer = timers.next_due(conn)
     held = leases.current(conn)
-    return rules.next_work(first, timer.due if timer else None, running is not None,
-                           held.until if held else None, now)
+    return rules.next_work(first, timer.due if timer else None, running is not None, held,
+                           now)
