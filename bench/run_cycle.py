@@ -2,9 +2,11 @@
 
 One cycle is what `agentbox run` does to the database for one event (the
 handler left out): take the lease, claim one pending event, mark it done,
-release the lease, four durable transactions. The baseline issues the same
-statements the engine does (lease fence, requeue and dead checks, history
-rows) straight through sqlite3, into its own inbox holding the same events.
+release the lease, four transactions, of which the claim and the finish wait
+for the disk (lease writes need not: see agentbox.backends.sqlite.lease). The
+baseline issues the same statements the engine does (lease fence, requeue
+and dead checks, history rows) straight through sqlite3, with the same two
+commits made durable, into its own inbox holding the same events.
 """
 
 from __future__ import annotations
@@ -44,9 +46,18 @@ class HandWritten:
         return (row is not None and row[0] == HOLDER and row[1] == generation and row[2] >= now
                 and not row[3])
 
+    def _lease_write(self) -> None:
+        """A lease commit need not wait for the disk: the next durable one carries it."""
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _lease_commit(self) -> None:
+        self.conn.execute("COMMIT")
+        self.conn.execute("PRAGMA synchronous=FULL")
+
     def acquire(self, now: int) -> int:
         c = self.conn
-        c.execute("BEGIN IMMEDIATE")
+        self._lease_write()
         row = c.execute("SELECT holder, generation, until, released FROM lease").fetchone()
         generation = 1 if row is None else row[1] + 1 if row[3] or row[2] < now else row[1]
         c.execute("""INSERT INTO lease (one, holder, generation, until, released)
@@ -55,7 +66,7 @@ class HandWritten:
                          generation = excluded.generation, until = excluded.until,
                          released = 0""",
                   (HOLDER, generation, now + TTL))
-        c.execute("COMMIT")
+        self._lease_commit()
         return generation
 
     def claim(self, generation: int, now: int) -> list[int]:
@@ -98,10 +109,10 @@ class HandWritten:
 
     def release(self, generation: int, now: int) -> None:
         c = self.conn
-        c.execute("BEGIN IMMEDIATE")
+        self._lease_write()
         assert self._holds(generation, now)
         c.execute("UPDATE lease SET until = ?, released = 1 WHERE one = 1", (now,))
-        c.execute("COMMIT")
+        self._lease_commit()
 
     def cycle(self) -> int:
         generation = self.acquire(T0)
@@ -156,7 +167,7 @@ def main() -> None:
     report([rate_row("run cycle: acquire+claim+finish+release, engine vs hand SQL",
                      median(rates["s"]), median(rates["b"]), 0.7,
                      note=f"median of {rounds} slices of {per_slice} one-event cycles "
-                     "(4 durable transactions each)")], args)
+                     "(4 transactions each, 2 durable)")], args)
 
 
 if __name__ == "__main__":

@@ -90,15 +90,19 @@ class Pool:
                 break
             try:
                 worker = self._worker(user)
+                # Another process works it: look again when its lease ends (a release
+                # before that is a change, and wakes this process sooner). Read first,
+                # so a busy inbox costs no write lock.
+                held, now = worker.store.lease(), self.clock()
+                if held is not None and held.holder != self.holder and taken(held, now):
+                    self._later[user] = held.until + 1
+                    continue
                 report = worker.run_once()
             except AgentboxError as exc:
                 self._rest(user, str(exc))
                 continue
-            if report.outcome == "busy":
-                # Another process works it: look again when its lease ends (a release
-                # before that is a change, and wakes this process sooner).
-                held, now = worker.store.lease(), self.clock()
-                self._later[user] = held.until + 1 if held and taken(held, now) else now
+            if report.outcome == "busy":  # taken between the look and the try
+                self._later[user] = self.clock()
             elif report.outcome != "idle":
                 self.emit(user, report)
             self._said.pop(user, None)

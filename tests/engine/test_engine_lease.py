@@ -103,3 +103,22 @@ def test_generations_never_go_down(store: SqliteStore) -> None:
             assert got == lease.generation
     assert seen == sorted(seen)
     assert seen[-1] > seen[0]
+
+
+def test_lease_writes_skip_the_disk_wait_and_leave_the_connection_as_it_was(
+        store: SqliteStore, tmp_path) -> None:
+    synchronous = "PRAGMA synchronous"
+    assert store.conn.execute(synchronous).fetchone()[0] == 2  # FULL, as opened
+    levels: list[str] = []
+    store.conn.set_trace_callback(
+        lambda sql: levels.append(sql) if sql.startswith("PRAGMA synchronous=") else None)
+    assert store.acquire("A", T, TTL) == 1
+    assert store.renew("A", 1, T + 1, TTL)
+    assert store.release("A", 1, T + 2)
+    store.conn.set_trace_callback(None)
+    # Each lease commit ran under NORMAL, and FULL was put back after it.
+    assert levels == ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=2"] * 3
+    assert store.conn.execute(synchronous).fetchone()[0] == 2
+    with SqliteStore(tmp_path / "off.sqlite3", synchronous="OFF") as off:
+        assert off.acquire("A", T, TTL) == 1
+        assert off.conn.execute(synchronous).fetchone()[0] == 0  # never raised

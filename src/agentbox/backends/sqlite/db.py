@@ -251,24 +251,37 @@ def _split(script: str) -> Iterator[str]:
 
 
 @contextmanager
-def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One ``BEGIN IMMEDIATE`` transaction: COMMIT on success, ROLLBACK on any error."""
+def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction: COMMIT on success, ROLLBACK on any error.
+
+    ``durable=False`` commits without waiting for the disk (``synchronous=NORMAL``
+    for this transaction alone): still atomic and consistent, and carried to disk
+    by the next durable commit, but lost if the machine goes down first. Only
+    lease writes use it; see :mod:`agentbox.backends.sqlite.lease`.
+    """
+    level = None if durable else int(conn.execute("PRAGMA synchronous").fetchone()[0])
+    if level is not None and level > 1:  # FULL or EXTRA: relax it for this commit
+        conn.execute("PRAGMA synchronous=NORMAL")
     try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        raise translate(exc) from None
-    try:
-        yield conn
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise translate(exc) from None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise translate(exc) from None
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise translate(exc) from None
+    finally:
+        if level is not None and level > 1:
+            conn.execute(f"PRAGMA synchronous={level}")
 
 
 def state_counts(conn: sqlite3.Connection, table: str) -> dict[str, int]:
