@@ -307,11 +307,11 @@ def sources(path: Path, user: str) -> dict[str, Source]:
 
 
 def _source(name: str, values: Mapping[str, Any], where: str) -> Source:
-    from agentbox.delivery import check_key
+    from agentbox.rules.keys import check_delivery_key
     from agentbox.signatures import HEADERS, KINDS
 
     try:
-        check_key(name, "-")
+        check_delivery_key(name, "-")
     except BadInput as exc:
         raise UsageError(f"{where}: {exc}") from None
     for key, value in values.items():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from agentbox.errors import BadInput
 
@@ -85,21 +85,6 @@ def admit(source: str, source_id: str, body: bytes, max_payload: int,
         check.verify()
     check_key(source, source_id)
     return parse_payload(body, max_payload)
-
-
-def admit_value(source: Any, source_id: Any, value: Any,
-                max_payload: int) -> tuple[str, str, str]:
-    """(source, source_id, canonical payload) of a delivery that arrived parsed (a line)."""
-    from agentbox.jsonutil import canonical_object
-
-    if not isinstance(source, str) or not isinstance(source_id, str):
-        raise BadInput("source and source_id must be strings")
-    check_key(source, source_id)
-    payload = canonical_object(value)
-    size = len(payload.encode("utf-8"))
-    if size > max_payload:
-        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
-    return source, source_id, payload
 
 
 def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes, *,

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from agentbox.delivery import admit_value
 from agentbox.errors import BadInput
-from agentbox.jsonutil import loads_strict
+from agentbox.jsonutil import canonical_object, loads_strict
+from agentbox.rules.keys import check_delivery_key
 
 if TYPE_CHECKING:
     from agentbox.store import Store
@@ -87,8 +87,15 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     unknown = set(doc) - {"source", "source_id", "payload"}
     if unknown:
         raise BadInput(f"unknown keys: {', '.join(sorted(unknown))}")
-    return admit_value(doc.get("source"), doc.get("source_id"), doc.get("payload", {}),
-                       max_payload)
+    source, source_id = doc.get("source"), doc.get("source_id")
+    if not isinstance(source, str) or not isinstance(source_id, str):
+        raise BadInput("source and source_id must be strings")
+    check_delivery_key(source, source_id)
+    payload = canonical_object(doc.get("payload", {}))
+    size = len(payload.encode("utf-8"))
+    if size > max_payload:
+        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
+    return source, source_id, payload
 
 
 def read_lines(stream: IO[bytes], max_payload: int) -> Iterator[bytes]:
