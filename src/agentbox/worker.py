@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
+from agentbox.jsonutil import stored_value
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
 from agentbox.rules.lease import new_holder_id, taken
@@ -163,7 +164,7 @@ class Batch:
         """The handler's stdin: {"user", "generation", "events": [...]}."""
         doc = {"user": self.user, "generation": self.generation, "events": [
             {"id": e.id, "source": e.source, "source_id": e.source_id,
-             "payload": json.loads(e.payload), "attempt": e.attempts,
+             "payload": stored_value(e.payload), "attempt": e.attempts,
              "idempotency_key": idempotency_key(self.instance, e.id)} for e in self.events]}
         return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 

@@ -239,11 +239,11 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 def event_doc(event: "Event") -> dict[str, Any]:
-    import json
+    from agentbox.jsonutil import stored_value
 
     return {"id": event.id, "source": event.source, "source_id": event.source_id,
             "status": event.status, "attempts": event.attempts, "error": event.error,
-            "payload": json.loads(event.payload), "generation": event.claim_gen,
+            "payload": stored_value(event.payload), "generation": event.claim_gen,
             "created_at": event.created_at, "updated_at": event.updated_at}
 
 
@@ -286,6 +286,7 @@ def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
 
     from agentbox import render
     from agentbox.errors import BadInput
+    from agentbox.jsonutil import stored_value
 
     store = session(ctx).store()
     event = store.event(event_id)
@@ -299,7 +300,7 @@ def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
     render.pairs([("id", event.id), ("key", f"{event.source}/{event.source_id}"),
                   ("status", event.status), ("attempts", event.attempts),
                   ("error", event.error),
-                  ("payload", json.dumps(json.loads(event.payload), indent=2,
+                  ("payload", json.dumps(stored_value(event.payload), indent=2,
                                          ensure_ascii=False))],
                  title=f"event {event.id}")
     render.records(story, ["at", "action", "generation", "detail"], False, title="history",
