@@ -56,6 +56,21 @@ def _count(value: Any) -> int:
     return number
 
 
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _flag(value: Any) -> bool:
+    """A switch: TOML true/false, or one of the words `config set` stores as text."""
+    if isinstance(value, bool):
+        return value
+    spelled = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if spelled in _TRUE:
+        return True
+    if spelled in _FALSE:
+        return False
+    raise BadInput(f"expected true or false, not {value!r}")
+
+
 def _mode(value: Any) -> str:
     if value not in DELIVERY_MODES:
         raise BadInput(f"delivery must be one of {', '.join(DELIVERY_MODES)}, not {value!r}")
@@ -123,6 +138,12 @@ KEYS: dict[str, Key] = {
     "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer (100)"),
     "max_send_tries": Key(_count, "tries of one dispatch key, once it may have delivered, "
                           "before it is parked uncertain (5)"),
+    "keep_done": Key(_seconds, "prune done events older than this (30d)"),
+    "keep_sent": Key(_seconds, "prune sent messages and settled dispatches older than this (30d)"),
+    "dedupe_window": Key(lambda v: _seconds(v, allow_zero=True),
+                         "how long after its arrival a pruned event's key still refuses a "
+                         "redelivery; 0 forgets it when pruned (90d)"),
+    "auto_prune": Key(_flag, "`run` prunes at most once a day (true)"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "

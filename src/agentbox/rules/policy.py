@@ -11,6 +11,7 @@ from typing import NamedTuple
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD
 
 DEFAULT_MAX_SEND_TRIES = 5
+DAY = 86400
 
 
 class Policy(NamedTuple):
@@ -26,6 +27,10 @@ class Policy(NamedTuple):
     delivery: str = "at-least-once"
     catch_up_limit: int = 100     # `each` timers: individual events before the rest coalesce
     max_send_tries: int = DEFAULT_MAX_SEND_TRIES  # tries of one dispatch key, then uncertain
+    keep_done: int = 30 * DAY     # prune done events older than this
+    keep_sent: int = 30 * DAY     # prune sent messages and settled dispatches older than this
+    dedupe_window: int = 90 * DAY  # a pruned event's key is remembered this long after it came
+    auto_prune: bool = True       # `run` prunes at most once a day
 
     def backoff(self, attempts: int) -> int:
         """Seconds a row waits before its next attempt, after ``attempts`` tries."""

@@ -16,6 +16,7 @@ EVENT_STATES = ("pending", "running", "done", "dead")
 OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
 OPEN_OUTBOX_STATES = ("held", "sending", "uncertain")
 DISPATCH_STATES = ("sending", "sent", "failed", "uncertain", "unsent")
+SETTLED_DISPATCH_STATES = ("sent", "failed", "unsent")
 CATCH_UP_MODES = ("coalesce", "each")
 DELIVERY_MODES = ("at-least-once", "at-most-once")
 
@@ -159,3 +160,45 @@ class Status(NamedTuple):
     outbox: dict[str, int]
     lease: Lease | None
     next_timer: Timer | None
+
+
+class Vitals(NamedTuple):
+    """What an operator watches on one inbox (``inboxes``, ``metrics``, ``doctor``)."""
+
+    status: Status
+    oldest_pending: int | None  # when the oldest pending event (lowest id) arrived
+    last_run: int | None        # when a run last claimed (finding work or not)
+    last_prune: int | None      # when a prune last completed
+    last_activity: int | None   # the latest transition recorded, or the last run
+    bytes: int                  # what the inbox takes on disk (for SQLite: file + WAL)
+
+
+@dataclass(frozen=True)
+class PruneCounts:
+    """What a prune removed (or, in a dry run, would remove)."""
+
+    events: int = 0          # done events, with their history
+    messages: int = 0        # sent messages, with their history
+    dispatches: int = 0      # settled dispatches, with their history
+    keys_forgotten: int = 0  # remembered keys of pruned events past the dedupe window
+    timer_history: int = 0   # timer history lines older than keep_done
+
+    def __add__(self, other: PruneCounts) -> PruneCounts:
+        return PruneCounts(*(a + b for a, b in zip(self.rows(), other.rows(), strict=True)))
+
+    def rows(self) -> tuple[int, ...]:
+        return (self.events, self.messages, self.dispatches, self.keys_forgotten,
+                self.timer_history)
+
+    @property
+    def total(self) -> int:
+        return sum(self.rows())
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `doctor`: what was checked, whether it is well, and what was found."""
+
+    name: str
+    ok: bool
+    detail: str

@@ -1,0 +1,72 @@
+"""What a prune may delete, and how long a pruned event's key is remembered.
+
+An inbox operated for months must stop growing: done events, sent messages
+and settled dispatches older than their keep setting are deleted with their
+history. Deleting an event must not reopen its key, or a late redelivery
+would be stored and run again: the key and the digest of the payload stay
+until the dedupe window (counted from the event's arrival) has passed, so a
+redelivery is still ``duplicate`` and a changed one still ``conflict``.
+
+What is never pruned: pending, running and dead events (dead ones wait for
+an operator, whatever their age); held, sending and uncertain messages; a
+dispatch that still paces the outbox (the gap counts from the last send);
+approval outcomes, which are the approvals' own record (``approve list``
+and ``approve answer`` read them); and the newest event and message, so that
+no id is ever given out twice (an event's idempotency key is made of its id).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from agentbox.rules.approvals import SOURCE as APPROVAL_SOURCE
+from agentbox.rules.policy import DAY, Policy
+
+PRUNE_EVERY = DAY  # `run` prunes at most this often
+KEPT_SOURCES = (APPROVAL_SOURCE,)
+STEP = 500  # rows per prune transaction: short enough never to hold up an ingest for long
+
+
+class Cutoffs(NamedTuple):
+    """One prune's bounds, all fixed at its start (``now``)."""
+
+    now: int
+    done_before: int      # done events last changed before this go
+    sent_before: int      # sent messages sent before this go
+    dispatch_before: int  # settled dispatches finished before this go
+    window: int           # a pruned key is remembered until its event's arrival + window
+
+    def remembered_until(self, created_at: int) -> int | None:
+        """Until when a pruned event's key must be remembered; None if no longer."""
+        until = created_at + self.window
+        return until if until > self.now else None
+
+
+def cutoffs(now: int, policy: Policy) -> Cutoffs:
+    """The bounds of a prune at ``now``.
+
+    A dispatch is kept while it still paces the outbox: pruning the last
+    send must never shorten the gap, however short ``keep_sent`` is.
+    """
+    return Cutoffs(now=now, done_before=now - policy.keep_done,
+                   sent_before=now - policy.keep_sent,
+                   dispatch_before=now - max(policy.keep_sent, policy.outbox_gap),
+                   window=policy.dedupe_window)
+
+
+def prune_due(last_prune: int | None, now: int, policy: Policy) -> bool:
+    """Whether `run` prunes now: at most once a day, never with ``auto_prune`` off.
+
+    A prune that a run left unfinished (it works in bounded slices) is not
+    recorded, so the next run carries on with it.
+    """
+    if not policy.auto_prune:
+        return False
+    return last_prune is None or now - last_prune >= PRUNE_EVERY or now < last_prune
+
+
+def digest(payload: str) -> bytes:
+    """What is remembered of a pruned event's payload: sha256 of its canonical JSON."""
+    import hashlib  # only when pruning or meeting a pruned key: not on the ingest path
+
+    return hashlib.sha256(payload.encode("utf-8")).digest()
