@@ -35,6 +35,16 @@ class BadInput(AgentboxError):
     exit_code = Exit.DATA
 
 
+class NoInbox(BadInput):
+    """An inbox that does not exist, opened by something that must not create it.
+
+    The CLI turns it into a notice naming the inboxes that do exist."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"no inbox at {location}")
+        self.location = location
+
+
 class DatabaseError(AgentboxError):
     """The database file cannot be used: corrupt, read-only, or from a newer agentbox."""
 

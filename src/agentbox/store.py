@@ -27,18 +27,22 @@ if TYPE_CHECKING:
     from agentbox.rules.records import (
         AddOutcome,
         Approval,
+        Check,
         Dispatch,
         Entry,
         Event,
         IngestResult,
         Lease,
         OutboxMessage,
+        PruneCounts,
         SendOutcome,
         Status,
         Timer,
         TimerSpec,
+        Vitals,
         Wait,
     )
+    from agentbox.rules.retention import Cutoffs
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -124,6 +128,18 @@ class Store(Protocol):
     def dead(self, limit: int | None = None) -> list[Event]:
         """Dead events, oldest first."""
 
+    def events(self, states: Sequence[str] = (), source: str | None = None,
+               since: int | None = None, until: int | None = None, before: int | None = None,
+               limit: int = 100) -> list[Event]:
+        """The newest ``limit`` events that match every filter given, oldest first.
+
+        ``states``: any of them (none given: every state); ``since``/``until``:
+        arrival (``created_at``) at or after / before; ``before``: ids below it,
+        so a caller pages back through the inbox by id. Costs the same on a
+        million events as on ten thousand when the matches are recent or in a
+        short state.
+        """
+
     def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
         """Dead events back to pending with attempts reset (all of them for ``None``).
 
@@ -132,6 +148,10 @@ class Store(Protocol):
 
     def status(self) -> Status:
         """Counts per state (every state present), the lease, and the next timer."""
+
+    def vitals(self) -> Vitals:
+        """The status, plus what an operator watches: the oldest pending event's
+        arrival, the last run, prune and activity, and the bytes on disk."""
 
     # -- lease and runs ------------------------------------------------------
 
@@ -240,6 +260,40 @@ class Store(Protocol):
                limit: int = 1000) -> list[OutboxMessage]:
         """Messages in ``states``, oldest first; past ``limit``, the newest ones."""
 
+    # -- upkeep --------------------------------------------------------------
+
+    def prunable(self, cut: Cutoffs) -> PruneCounts:
+        """What :meth:`prune_step` calls would remove at these cutoffs (a dry run)."""
+
+    def prune_step(self, cut: Cutoffs, limit: int) -> PruneCounts:
+        """One short transaction removing at most ``limit`` rows (and their history)
+        that :mod:`agentbox.rules.retention` lets go, oldest first: done events
+        (their keys and payload digests remembered until ``cut.remembered_until``),
+        then sent messages, settled dispatches, remembered keys past the window,
+        and timer history. A total below ``limit`` means nothing is left.
+
+        While a key is remembered, ingesting it again is ``duplicate`` (same
+        digest) or ``conflict`` (another), with the pruned event's id, and
+        nothing is stored.
+        """
+
+    def record_prune(self, now: int) -> None:
+        """Note that a prune completed at ``now`` (``vitals().last_prune``)."""
+
+    def reclaim(self, max_pages: int) -> int:
+        """Hand space freed by pruning back to the disk, a bounded amount per call
+        (one short transaction); returns how much was handed back, 0 when
+        nothing is left (or the backend does this by itself)."""
+
+    def backup(self, dest: str, replace: bool = False) -> int:
+        """Write a consistent copy to the file ``dest`` (0600) while writers carry on;
+        ``open_store(dest, user)`` opens it. An existing ``dest`` is a UsageError
+        unless ``replace``. Returns the copy's size in bytes."""
+
+    def checks(self) -> list[Check]:
+        """The backend's own health checks: integrity, schema version, permissions,
+        journal size (see :mod:`agentbox.rules.health`)."""
+
 
 def is_url(target: str | os.PathLike[str]) -> bool:
     """A PostgreSQL URL rather than a file path."""
@@ -285,16 +339,20 @@ def locate_inboxes(db: str | os.PathLike[str] | None = None) -> str:
 
 
 def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",
-               make_folders: bool = False, busy_timeout: float | None = None) -> Store:
+               make_folders: bool = False, busy_timeout: float | None = None,
+               create: bool = True) -> Store:
     """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox).
 
     ``busy_timeout`` (seconds) bounds how long a write waits for the inbox's
     lock before :class:`~agentbox.errors.Busy`, for a caller that must answer
     sooner than the backend's own wait (a server whose clients give up).
+    With ``create`` false a missing inbox raises :class:`~agentbox.errors.NoInbox`
+    and nothing is made: what a command that only reads needs.
     """
     from agentbox.backends.sqlite.store import SqliteStore
 
-    store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders)
+    store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders,
+                        create=create)
     if busy_timeout is not None:
         store.conn.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout * 1000))}")
     return store
@@ -338,3 +396,12 @@ def open_inboxes(target: str | os.PathLike[str]) -> Inboxes:
     from agentbox.backends.sqlite.inboxes import SqliteInboxes
 
     return SqliteInboxes(Path(target))
+
+
+def empty_view(location: str) -> Store:
+    """An empty inbox that refuses every write, for ``location`` where none exists:
+    a command that only reads answers from it as from a new inbox."""
+    from agentbox.backends.sqlite.store import SqliteStore
+
+    return SqliteStore.empty(location)
+

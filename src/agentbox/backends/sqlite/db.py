@@ -16,9 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentbox.backends.sqlite.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
-from agentbox.errors import Busy, DatabaseError
+from agentbox.errors import Busy, DatabaseError, NoInbox
 
 APPLICATION_ID = 0x41474258  # "AGBX": marks a file as an agentbox inbox
+WAL_KEEP = 4 * 1024 * 1024  # bytes of write-ahead log kept after a checkpoint
+LAST_RUN = "last_run"  # meta keys: when a run last claimed, when a prune last completed
+LAST_PRUNE = "last_prune"
 BUSY_TIMEOUT_S = 30.0
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -129,10 +132,16 @@ def _adopt_empty(path: Path, fd: int, info: os.stat_result) -> None:
 
 
 def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
-            make_folders: bool = True) -> sqlite3.Connection:
-    """Open (creating if needed) an inbox file and bring its schema up to date."""
+            make_folders: bool = True, create: bool = True) -> sqlite3.Connection:
+    """Open an inbox file and bring its schema up to date.
+
+    A missing file is created (0600), unless ``create`` is false: then it is
+    :class:`NoInbox`, and nothing is made.
+    """
     file = Path(path)
-    if not _create_private_file(file, make_folders):
+    if not create and not os.path.lexists(file):
+        raise NoInbox(os.fspath(path))
+    if not create or not _create_private_file(file, make_folders):
         _check_existing(file)
     try:
         conn = sqlite3.connect(file, isolation_level=None, timeout=BUSY_TIMEOUT_S,
@@ -143,8 +152,15 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
         # Refuse a foreign or newer file before anything (even the journal
         # mode, which lives in the file header) is written to it.
         version = _check_identity(conn, file)
+        if version == 0:
+            # Only a file with no table yet can take it, and before WAL writes the
+            # header: space that prune frees can then be handed back to the disk.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         _enable_wal(conn, file)
         conn.execute(f"PRAGMA synchronous={synchronous}")
+        # A log that grew during a long read (a backup) or a big prune is cut back
+        # once it has been checkpointed, instead of keeping its size for good.
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP}")
         migrate(conn, file, version)
     except sqlite3.Error as exc:
         conn.close()
@@ -152,6 +168,15 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def connect_empty() -> sqlite3.Connection:
+    """A new, empty inbox in memory that refuses every write: what a command that
+    only reads sees of an inbox that does not exist."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    migrate(conn, Path(":memory:"), 0)
+    conn.execute("PRAGMA query_only = ON")
     return conn
 
 
@@ -292,5 +317,17 @@ def state_counts(conn: sqlite3.Connection, table: str) -> dict[str, int]:
 
 
 def instance_id(conn: sqlite3.Connection) -> str:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'instance'").fetchone()
-    return str(row[0])
+    value = meta(conn, "instance")
+    assert value is not None, "migration 1 writes the instance id"
+    return value
+
+
+def meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    """Write a meta value inside the caller's transaction."""
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 
 from agentbox.backends.sqlite import history
 from agentbox.backends.sqlite.db import write
+from agentbox.errors import DatabaseError
 from agentbox.rules.inbox import stored_entry
 from agentbox.rules.keys import check_key
-from agentbox.rules.records import Entry, Event, IngestResult
+from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
 
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
             "error, created_at, updated_at")
@@ -34,9 +35,12 @@ def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str
         if counted:
             count_stored(conn, 1)
         return IngestResult("stored", row[0], source, source_id)
-    event_id, stored = conn.execute(
+    found = conn.execute(
         "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",
         (source, source_id)).fetchone()
+    if found is None:  # the events_remembered trigger refused a pruned key
+        return _remembered(conn, source, source_id, payload, now)
+    event_id, stored = found
     return _against(conn, source, source_id, payload, event_id, stored, now, record_conflict)
 
 
@@ -59,6 +63,25 @@ def count_stored(conn: sqlite3.Connection, stored: int) -> None:
     if stored:
         conn.execute("UPDATE state_counts SET n = n + ? WHERE tbl = 'events' "
                      "AND state = 'pending'", (stored,))
+
+
+def _remembered(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
+                now: int) -> IngestResult:
+    """A key whose event was pruned inside the dedupe window: compared by digest.
+
+    A conflict is not written into the pruned event's history (it has none
+    left); the caller is told all the same.
+    """
+    from agentbox.rules.retention import digest
+
+    row = conn.execute(
+        """SELECT event_id, digest FROM pruned_keys
+           WHERE source = ? AND source_id = ? AND until > ?""",
+        (source, source_id, now)).fetchone()
+    if row is None:
+        raise DatabaseError(f"event {source}/{source_id} was neither stored nor found")
+    outcome: IngestOutcome = "duplicate" if digest(payload) == row[1] else "conflict"
+    return IngestResult(outcome, int(row[0]), source, source_id)
 
 
 def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
@@ -99,7 +122,11 @@ def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
             if key in new:
                 results.append(IngestResult("stored", new.pop(key), source, source_id))
                 continue
-            event_id, stored = taken[key] if key in taken else _existing(conn, [key])[key]
+            found = taken[key] if key in taken else _existing(conn, [key]).get(key)
+            if found is None:  # refused by the events_remembered trigger: a pruned key
+                results.append(_remembered(conn, source, source_id, payload, now))
+                continue
+            event_id, stored = found
             results.append(_against(conn, source, source_id, payload, event_id, stored, now))
         return results
 
@@ -149,6 +176,33 @@ def with_key_prefix(conn: sqlite3.Connection, source: str, prefix: str) -> list[
     bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     return events_where(conn, "source = ? AND source_id >= ? AND source_id < ? ORDER BY id",
                    (source, prefix, bound))
+
+
+def listing(conn: sqlite3.Connection, states: Sequence[str], source: str | None,
+            since: int | None, until: int | None, before: int | None,
+            limit: int) -> list[Event]:
+    """The newest ``limit`` events that match, oldest first.
+
+    Every query walks an index in id order from the newest down and stops at
+    ``limit`` matches: one walk per state on (status, id), so a short state
+    is found at once on any size of inbox. ``+source`` keeps SQLite off the
+    (source, source_id) index, whose rows would all have to be sorted.
+    """
+    where: list[str] = ["1"]
+    params: list[object] = []
+    for clause, value in (("+source = ?", source), ("created_at >= ?", since),
+                          ("created_at < ?", until), ("id < ?", before)):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    rows: list[Event] = []
+    for state in dict.fromkeys(states) or (None,):
+        clause = "1" if state is None else "status = ?"
+        rows += events_where(
+            conn, f"{clause} AND {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+            [*([] if state is None else [state]), *params, limit])
+    rows.sort(key=lambda e: e.id)
+    return rows[-limit:]
 
 
 def dead(conn: sqlite3.Connection, limit: int | None = None) -> list[Event]:

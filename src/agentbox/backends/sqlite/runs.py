@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentbox.backends.sqlite import approvals, history, lease, outbox, timers
+from agentbox.backends.sqlite import approvals, db, history, lease, outbox, timers
 from agentbox.backends.sqlite.db import write
 from agentbox.backends.sqlite.inbox import COLUMNS
 from agentbox.rules import inbox as rules
@@ -58,6 +58,7 @@ def claim(conn: sqlite3.Connection, holder: str, generation: int, now: int,
     with write(conn):
         if not lease.holds(conn, holder, generation, now):
             return None
+        db.set_meta(conn, db.LAST_RUN, now)
         _requeue_abandoned(conn, generation, now, policy)
         _bury_exhausted(conn, now, policy)
         retry = conn.execute(

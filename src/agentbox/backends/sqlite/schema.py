@@ -181,5 +181,29 @@ ALTER TABLE timers ADD COLUMN cron TEXT;
 ALTER TABLE timers ADD COLUMN tz TEXT CHECK ((tz IS NULL) = (cron IS NULL));
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: the keys of pruned events are remembered for the dedupe window. The
+# trigger refuses (silently, like ON CONFLICT DO NOTHING) to store a remembered
+# key again, for every way an event is written; it costs one probe of a small
+# table per insert. A separate table, rather than pruned rows left in events,
+# keeps every reader of events unaware of pruning and a remembered key small.
+_V6 = """
+CREATE TABLE pruned_keys (
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    digest BLOB NOT NULL,        -- sha256 of the canonical payload
+    event_id INTEGER NOT NULL,   -- the pruned event, named to a redelivery
+    until INTEGER NOT NULL,      -- remembered until then: arrival + dedupe window
+    PRIMARY KEY (source, source_id)
+) WITHOUT ROWID;
+CREATE INDEX pruned_keys_until ON pruned_keys (until);
+
+CREATE TRIGGER events_remembered BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM pruned_keys WHERE source = NEW.source
+             AND source_id = NEW.source_id AND until > NEW.created_at)
+BEGIN
+    SELECT RAISE(IGNORE);
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentbox.backends.sqlite import db, inbox, lease
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
-from agentbox.rules.records import Status
+from agentbox.rules.records import Status, Vitals
 
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
 # runs once per webhook and needs none of them.
@@ -27,17 +27,20 @@ if TYPE_CHECKING:
     from agentbox.rules.records import (
         AddOutcome,
         Approval,
+        Check,
         Dispatch,
         Entry,
         Event,
         IngestResult,
         Lease,
         OutboxMessage,
+        PruneCounts,
         SendOutcome,
         Timer,
         TimerSpec,
         Wait,
     )
+    from agentbox.rules.retention import Cutoffs
 
 C = TypeVar("C", bound=type)
 
@@ -67,10 +70,18 @@ class SqliteStore:
     """One user's inbox in one SQLite file."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL",
-                 make_folders: bool = True) -> None:
+                 make_folders: bool = True, create: bool = True) -> None:
         self.location = os.fspath(path)
         self.conn: sqlite3.Connection = db.connect(path, synchronous=synchronous,
-                                                   make_folders=make_folders)
+                                                   make_folders=make_folders, create=create)
+
+    @classmethod
+    def empty(cls, location: str) -> SqliteStore:
+        """An empty inbox in memory that refuses writes, standing for ``location``."""
+        store = cls.__new__(cls)
+        store.location = location
+        store.conn = db.connect_empty()
+        return store
 
     def close(self) -> None:
         self.conn.close()
@@ -103,6 +114,11 @@ class SqliteStore:
     def dead(self, limit: int | None = None) -> list[Event]:
         return inbox.dead(self.conn, limit)
 
+    def events(self, states: Sequence[str] = (), source: str | None = None,
+               since: int | None = None, until: int | None = None, before: int | None = None,
+               limit: int = 100) -> list[Event]:
+        return inbox.listing(self.conn, states, source, since, until, before, limit)
+
     def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
         return inbox.replay(self.conn, ids, now)
 
@@ -111,6 +127,12 @@ class SqliteStore:
 
         return Status(db.state_counts(self.conn, "events"), db.state_counts(self.conn, "outbox"),
                       lease.current(self.conn), timers.next_due(self.conn))
+
+    def vitals(self) -> Vitals:
+        from agentbox.backends.sqlite import upkeep
+
+        return Vitals(self.status(), *upkeep.readings(self.conn),
+                      upkeep.disk_bytes(self.location))
 
     def lease(self) -> Lease | None:
         return lease.current(self.conn)
@@ -220,3 +242,33 @@ class SqliteStore:
         from agentbox.backends.sqlite import outbox
 
         return outbox.listing(self.conn, states, limit)
+
+    def prunable(self, cut: Cutoffs) -> PruneCounts:
+        from agentbox.backends.sqlite import prune
+
+        return prune.prunable(self.conn, cut)
+
+    def prune_step(self, cut: Cutoffs, limit: int) -> PruneCounts:
+        from agentbox.backends.sqlite import prune
+
+        return prune.step(self.conn, cut, limit)
+
+    def record_prune(self, now: int) -> None:
+        from agentbox.backends.sqlite import prune
+
+        prune.record(self.conn, now)
+
+    def reclaim(self, max_pages: int) -> int:
+        from agentbox.backends.sqlite import prune
+
+        return prune.reclaim(self.conn, max_pages)
+
+    def backup(self, dest: str, replace: bool = False) -> int:
+        from agentbox.backends.sqlite import upkeep
+
+        return upkeep.backup(self.conn, dest, replace)
+
+    def checks(self) -> list[Check]:
+        from agentbox.backends.sqlite import upkeep
+
+        return upkeep.checks(self.conn, self.location)

@@ -1,0 +1,179 @@
+"""Operating an inbox for months: pruning it, checking it, surveying every inbox.
+
+Free of the CLI, like :mod:`agentbox.worker`: the commands (``prune``,
+``doctor``, ``inboxes``, ``metrics``) and ``run``'s daily prune drive the
+same functions. What may be pruned and what counts as healthy are rules
+(:mod:`agentbox.rules.retention`, :mod:`agentbox.rules.health`); this module
+only paces the work and gathers the readings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentbox.errors import AgentboxError
+from agentbox.rules import health
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import Check, Lease, PruneCounts, Vitals
+from agentbox.rules.retention import STEP, Cutoffs, cutoffs, prune_due
+from agentbox.store import Store, open_store
+
+RUN_STEPS = 20        # a run's daily prune does at most this many steps; the next run goes on
+RECLAIM_PAGES = 1024  # pages handed back to the disk per transaction
+MIN_PAUSE = 0.025     # seconds between two steps at least: see _pause
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    dry_run: bool
+    counts: PruneCounts
+    cutoffs: Cutoffs
+    complete: bool     # False: stopped after its step budget; the next prune goes on
+    bytes_before: int
+    bytes_after: int
+
+    def document(self) -> dict[str, Any]:
+        c = self.counts
+        return {"dry_run": self.dry_run, "complete": self.complete, "events": c.events,
+                "messages": c.messages, "dispatches": c.dispatches,
+                "keys_forgotten": c.keys_forgotten, "timer_history": c.timer_history,
+                "done_before": self.cutoffs.done_before,
+                "sent_before": self.cutoffs.sent_before,
+                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
+
+    def describe(self) -> str:
+        c = self.counts
+        verb = "would prune" if self.dry_run else "pruned"
+        text = (f"{verb} {c.events} done event(s), {c.messages} sent message(s), "
+                f"{c.dispatches} dispatch(es), {c.timer_history} timer history line(s); "
+                f"{'would forget' if self.dry_run else 'forgot'} {c.keys_forgotten} "
+                "key(s) past the dedupe window")
+        if not self.dry_run:
+            text += f"; {self.bytes_before:,} -> {self.bytes_after:,} bytes on disk"
+        if not self.complete:
+            text += " (stopped early: the next prune goes on)"
+        return text
+
+
+def _pause(busy: float, sleep: Callable[[float], None]) -> None:
+    """Leave the write lock free at least as long as the step held it.
+
+    SQLite's busy handler polls, at most 25 ms apart for its first 100 ms: a
+    gap that long lets a waiting ingest in, so no ingest waits out more
+    than about one step whatever the size of the prune.
+    """
+    sleep(max(MIN_PAUSE, busy))
+
+
+def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
+          step: int = STEP, max_steps: int | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> PruneReport:
+    """Prune what the policy lets go, ``step`` rows per transaction.
+
+    Stops after ``max_steps`` when given (``run`` bounds its share); an
+    unfinished prune is not recorded, so the next one carries on. A finished
+    one hands the freed space back and is recorded (``vitals().last_prune``).
+    """
+    cut = cutoffs(now, policy)
+    before = store.vitals().bytes
+    if dry_run:
+        return PruneReport(True, store.prunable(cut), cut, True, before, before)
+    total, steps, complete = PruneCounts(), 0, False
+    while max_steps is None or steps < max_steps:
+        started = time.monotonic()
+        done = store.prune_step(cut, step)
+        total, steps = total + done, steps + 1
+        if done.total < step:
+            complete = True
+            break
+        _pause(time.monotonic() - started, sleep)
+    if complete:
+        while True:
+            started = time.monotonic()
+            if not store.reclaim(RECLAIM_PAGES):
+                break
+            _pause(time.monotonic() - started, sleep)
+        store.record_prune(now)
+    return PruneReport(False, total, cut, complete, before, store.vitals().bytes)
+
+
+def auto_prune(store: Store, now: int, policy: Policy) -> PruneReport | None:
+    """``run``'s prune: at most once a day, a bounded share each time (None: not due)."""
+    if not prune_due(store.vitals().last_prune, now, policy):
+        return None
+    return prune(store, now, policy, max_steps=RUN_STEPS)
+
+
+def holder_alive(lease: Lease | None) -> bool | None:
+    """Whether the lease holder's process still exists; None when it cannot be told.
+
+    Holder ids are ``host:pid:random``: only a holder on this host can be
+    looked up (a recycled pid reads as alive, which errs on the safe side).
+    """
+    import socket
+
+    if lease is None:
+        return None
+    parts = lease.holder.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    host, pid = parts[0], int(parts[1])
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def diagnose(store: Store, now: int,
+             pending_limit: int = health.PENDING_AGE_LIMIT) -> list[Check]:
+    """Every `doctor` check of one inbox: the backend's own, then the store's state."""
+    checks = store.checks()
+    vitals = store.vitals()
+    lease = vitals.status.lease
+    running = store.events(("running",), limit=max(1, vitals.status.events["running"]))
+    return [*checks,
+            health.lease(lease, now, holder_alive(lease)),
+            health.running([(e.id, e.claim_gen) for e in running], lease, now),
+            health.uncertain(vitals.status.outbox["uncertain"]),
+            health.pending(vitals.oldest_pending, now, pending_limit)]
+
+
+@dataclass(frozen=True)
+class Survey:
+    """One inbox as `inboxes` lists it: its vitals, or why they could not be read."""
+
+    user: str
+    location: str
+    vitals: Vitals | None
+    error: str | None = None
+
+
+def survey(inboxes: Sequence[tuple[str, str]]) -> list[Survey]:
+    """The vitals of each (user, target), opened without creating anything.
+
+    An inbox that cannot be read (corrupt, foreign, from a newer agentbox) is
+    listed with its error rather than stopping the survey.
+    """
+    found = []
+    for user, target in inboxes:
+        try:
+            store = open_store(target, user, create=False)
+        except AgentboxError as exc:
+            found.append(Survey(user, target, None, str(exc)))
+            continue
+        try:
+            found.append(Survey(user, store.location, store.vitals()))
+        except AgentboxError as exc:
+            found.append(Survey(user, store.location, None, str(exc)))
+        finally:
+            store.close()
+    return found
