@@ -300,24 +300,34 @@ def is_url(target: str | os.PathLike[str]) -> bool:
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
 
 
-def locate(db: str | os.PathLike[str] | None = None, user: str | None = None) -> str:
-    """Where an inbox lives: ``db``, else ``$AGENTBOX_DB``, else the ``database`` setting,
-    else the user's own file under the data folder (its folder made 0700).
+def named(db: str | os.PathLike[str] | None = None, user: str | None = None) -> str | None:
+    """The inbox named by ``db``, else ``$AGENTBOX_DB``, else the ``database`` setting;
+    None when none is, and the user's own file under the data folder is meant."""
+    chosen = os.fspath(db) if db else os.environ.get("AGENTBOX_DB")
+    if chosen:
+        return chosen
+    from agentbox import config, paths
+
+    return config.resolve(paths.config_path(), paths.resolve_user(user)).database
+
+
+def locate(db: str | os.PathLike[str] | None = None, user: str | None = None, *,
+           make_folder: bool = True) -> str:
+    """Where an inbox lives: :func:`named`, else the user's own file under the data
+    folder (its folder made 0700 unless ``make_folder`` is false).
 
     A file path comes back absolute, so a handler or sender told about it finds
     the same inbox from any working directory. ``user`` is checked only when it
     is needed to find the file.
     """
-    chosen = os.fspath(db) if db else os.environ.get("AGENTBOX_DB")
+    chosen = named(db, user)
     if not chosen:
-        from agentbox import config, paths
+        from agentbox import paths
 
-        who = paths.resolve_user(user)
-        chosen = config.resolve(paths.config_path(), who).database
-        if not chosen:
-            path = paths.inbox_path(who)
+        path = paths.inbox_path(paths.resolve_user(user))
+        if make_folder:
             paths.private_dir(path.parent)
-            return str(path)
+        return str(path)
     return chosen if is_url(chosen) else os.path.abspath(chosen)
 
 

@@ -351,9 +351,14 @@ def test_a_read_only_inbox_is_refused_for_writes_and_kept(
 def test_db_in_a_missing_folder_is_refused_without_making_it(cli: Cli, tmp_path: Path,
                                                              one_error: Any) -> None:
     target = tmp_path / "no" / "such" / "inbox.sqlite3"
-    result = cli("--db", str(target), "status")
+    result = cli("--db", str(target), "ingest", "s", "1")
     assert result.code == 1
     assert "does not exist" in one_error(result.err)
+    assert not (tmp_path / "no").exists()
+    # a command that only reads says there is no inbox there, and makes nothing either
+    result = cli("--db", str(target), "status", "--json")
+    assert result.code == 0
+    assert result.err == f"agentbox: no inbox at {target}\n"
     assert not (tmp_path / "no").exists()
 
 

@@ -56,6 +56,7 @@ def test_config_set_refuses_a_value_that_is_not_utf8(cli: Cli, home: Path) -> No
     ["replay", "99999999999999999999"],
 ])
 def test_a_number_past_64_bits_is_bad_input(cli: Cli, argv: list[str]) -> None:
+    assert cli("ingest", "s", "1", now=T0).code == 0  # an inbox: no "no inbox" notice
     result = cli(*argv, now=T0)
     assert result.code == 65
     one_line(result.err)
@@ -74,7 +75,8 @@ def test_a_data_folder_that_cannot_be_made_is_one_clear_line(
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
     monkeypatch.setenv("AGENTBOX_HOME", str(blocker / "home"))
-    result = cli("status", now=T0)  # no config can be there: the folder is the first thing made
+    # no config can be there: the folder is the first thing made
+    result = cli("ingest", "s", "1", now=T0)
     assert result.code == 1
     one_line(result.err)
 

@@ -87,6 +87,9 @@ def root(
 
 
 def session(ctx: typer.Context) -> Session:
+    """The invocation's session, told which command asks (it decides what opening
+    the inbox may do)."""
     found = ctx.find_root().obj
     assert isinstance(found, Session)
+    found.command = " ".join(ctx.command_path.split()[1:])
     return found
