@@ -100,3 +100,23 @@ def private_dir(path: Path) -> Path:
             raise AgentboxError(f"cannot create folder {folder}: "
                                 f"{exc.strerror or exc}") from None
     return path
+
+
+def write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data`` in one rename: a reader sees the old file or the
+    new one, never half of it. The temporary file is made beside it, with ``mode``."""
+    import secrets
+
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(temp, mode)  # whatever the umask took away
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise AgentboxError(f"{path}: cannot write: {exc.strerror or exc}") from None

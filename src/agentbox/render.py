@@ -130,6 +130,18 @@ def when_in(ts: int | None, zone: tzinfo | str | None) -> str:
         return str(ts)
 
 
+def size(count: int | None) -> str:
+    """Bytes for people, in at most eight characters: 512 B, 1.5 KiB, 116 MiB."""
+    if count is None:
+        return "-"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}" if unit != "B" and value < 10 else f"{value:.0f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from agentbox.jsonl import Report
-    from agentbox.rules.records import Event, IngestResult
+    from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
 
 _OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
@@ -195,10 +195,17 @@ def _report_lines(report: "Report", as_json: bool) -> None:
 
 
 @app.command()
-def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[bool, typer.Option(
+        "--all-users", help="Every user's inbox, as `agentbox inboxes` lists them.")] = False,
+           ) -> None:
     """Counts by state, the lease, the next timer and the held messages."""
     from agentbox import render
 
+    if all_users:
+        from agentbox.cli.upkeep_cmds import show_inboxes
+
+        show_inboxes(ctx, as_json)
+        return
     sess = session(ctx)
     store = sess.store()
     state = store.status()
@@ -238,15 +245,6 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     ], title="agentbox status")
 
 
-def event_doc(event: "Event") -> dict[str, Any]:
-    from agentbox.jsonutil import stored_value
-
-    return {"id": event.id, "source": event.source, "source_id": event.source_id,
-            "status": event.status, "attempts": event.attempts, "error": event.error,
-            "payload": stored_value(event.payload), "generation": event.claim_gen,
-            "created_at": event.created_at, "updated_at": event.updated_at}
-
-
 dead_app = typer.Typer(help="Events that ran out of attempts.", no_args_is_help=False,
                        invoke_without_command=True)
 app.add_typer(dead_app, name="dead")
@@ -254,6 +252,7 @@ app.add_typer(dead_app, name="dead")
 
 def _list_dead(ctx: typer.Context, as_json: bool, limit: int | None) -> None:
     from agentbox import render
+    from agentbox.cli.events_cmds import event_doc
 
     rows = [event_doc(e) for e in session(ctx).store().dead(limit)]
     render.records(rows, ["id", "source", "source_id", "attempts", "error", "updated_at"],
@@ -281,30 +280,10 @@ def dead_list(ctx: typer.Context, limit: DeadLimit = None, as_json: JsonFlag = F
 @dead_app.command("show")
 def dead_show(ctx: typer.Context, event_id: Annotated[int, typer.Argument(
         metavar="ID", help="The event id.")], as_json: JsonFlag = False) -> None:
-    """An event's payload, error and whole history."""
-    import json
+    """An event's payload, error and whole history (any event, as `events show`)."""
+    from agentbox.cli.events_cmds import show_event
 
-    from agentbox import render
-    from agentbox.errors import BadInput
-    from agentbox.jsonutil import stored_value
-
-    store = session(ctx).store()
-    event = store.event(event_id)
-    if event is None:
-        raise BadInput(f"no event with id {event_id}")
-    story = [{"at": h.at, "action": h.action, "generation": h.generation, "detail": h.detail}
-             for h in store.story(event_id)]
-    if as_json:
-        render.document({**event_doc(event), "history": story})
-        return
-    render.pairs([("id", event.id), ("key", f"{event.source}/{event.source_id}"),
-                  ("status", event.status), ("attempts", event.attempts),
-                  ("error", event.error),
-                  ("payload", json.dumps(stored_value(event.payload), indent=2,
-                                         ensure_ascii=False))],
-                 title=f"event {event.id}")
-    render.records(story, ["at", "action", "generation", "detail"], False, title="history",
-                   human={"at": render.when}, text=["detail"])
+    show_event(session(ctx).store(), event_id, as_json)
 
 
 @app.command()

@@ -48,6 +48,25 @@ def time_flag(name: str, value: str, now: int, zone: Callable[[], ZoneInfo]) -> 
         raise BadInput(f"{name}: {exc}") from None
 
 
+def since_flag(name: str, value: str | None, now: int) -> int | None:
+    """A time flag that also takes a duration meaning that long ago (``2h``, ``7d``)."""
+    if value is None:
+        return None
+    from agentbox.durations import parse_duration, parse_time
+    from agentbox.errors import BadInput
+
+    def parse() -> int:
+        try:
+            return parse_time(value, now)
+        except BadInput as exc:
+            try:
+                return now - parse_duration(value)
+            except BadInput:
+                raise BadInput(f"{exc} or a duration ago such as 2h") from None
+
+    return _as_usage(name, parse)
+
+
 def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[str] | None:
     """A command given as ``NAME CMD`` (split like a shell would) or after ``--``, not both."""
     from agentbox.config import parse_command
