@@ -27,6 +27,7 @@ from agentbox.store import Inboxes, InboxesWaiter, Store
 from agentbox.worker import IDLE_FLOOR, LONGEST_SLEEP, RunReport, Worker
 
 REST = 60.0  # seconds an inbox that cannot be served is left alone before another look
+UPKEEP_EVERY = 3600.0  # seconds between two looks at an inbox's daily prune
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Pool:
     _later: dict[str, int] = field(default_factory=dict, init=False)     # user -> Unix time
     _resting: dict[str, float] = field(default_factory=dict, init=False)  # user -> monotonic
     _said: dict[str, str] = field(default_factory=dict, init=False)  # user -> last trouble
+    _upkept: dict[str, float] = field(default_factory=dict, init=False)  # user -> monotonic
 
     def serve(self) -> None:
         """Work until stopped."""
@@ -54,6 +56,8 @@ class Pool:
         try:
             while not self.stop.requested:
                 worked = self._round(self._ready(look))
+                if not worked:
+                    self._upkeep()
                 # Inboxes that got a batch may have more; those that changed meanwhile
                 # are looked at too, without sleeping.
                 changed = self._changed(waiter, 0.0 if worked else self._delay())
@@ -109,6 +113,28 @@ class Pool:
             if report.events:
                 worked.add(user)
         return worked
+
+    def _upkeep(self) -> None:
+        """At most one inbox's daily prune, when a round found nothing to do.
+
+        Every inbox is looked at about hourly, quiet ones too (their done events
+        age all the same); each prunes at most once a day.
+        """
+        now = time.monotonic()
+        for user in self.inboxes.users():
+            if self._upkept.get(user, 0.0) > now or user in self._resting:
+                continue
+            self._upkept[user] = now + UPKEEP_EVERY
+            try:
+                pruned = self._worker(user).prune_if_due()
+            except AgentboxError as exc:
+                self._rest(user, str(exc))
+                return
+            if pruned is None:
+                continue  # not due: a look costs a few reads
+            if pruned.counts.total:
+                self.say(f"{user}: {pruned.describe()}")
+            return  # one prune per quiet round: the other inboxes wait less
 
     def _worker(self, user: str) -> Worker:
         worker = self._workers.get(user)

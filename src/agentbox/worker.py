@@ -25,7 +25,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
@@ -37,6 +37,9 @@ from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
 from agentbox.stopping import Interrupted, Stop
 from agentbox.store import Store, Waiter
+
+if TYPE_CHECKING:
+    from agentbox.upkeep import PruneReport
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
 MIN_HEARTBEAT = 0.2  # seconds; a very short lease_ttl still renews sanely
@@ -370,6 +373,15 @@ class Worker:
         return RunReport("interrupted", 128 + sig, generation, tuple(ids), fired,
                          error=f"run interrupted by {self.stop.name}; {then}")
 
+    def prune_if_due(self) -> PruneReport | None:
+        """The inbox's daily prune, a bounded share of it (see upkeep.auto_prune);
+        None when none is due or a stop was asked for."""
+        from agentbox.upkeep import auto_prune
+
+        if self.stop.requested:
+            return None
+        return auto_prune(self.store, self.clock(), self.policy)
+
     # -- watching --------------------------------------------------------------
 
     def watch(self, emit: Callable[[RunReport], None], say: Callable[[str], None]) -> None:
@@ -399,6 +411,7 @@ class Worker:
                 if report.outcome in ("lost", "refused"):
                     held = None
                 elif report.outcome == "idle":
+                    self._prune(say)
                     due = self.store.next_work(self.clock())
                     self._sleep(waiter, due, self._renew_at)
         finally:
@@ -406,6 +419,16 @@ class Worker:
             if held is not None:
                 with contextlib.suppress(AgentboxError):
                     self.store.release(self.holder, held, self.clock())
+
+    def _prune(self, say: Callable[[str], None]) -> None:
+        """A watcher's daily prune, when it has nothing else to do; said, never fatal."""
+        try:
+            pruned = self.prune_if_due()
+        except AgentboxError as exc:
+            say(f"prune skipped: {exc}")
+            return
+        if pruned is not None and pruned.counts.total:
+            say(pruned.describe())
 
     def _take(self, waiter: Waiter, say: Callable[[str], None]) -> int | None:
         """Take the lease if it is free, else sleep until it may be (a standby)."""

@@ -88,8 +88,9 @@ def _list(ctx: typer.Context, states: list[str] | None, source: str | None,
                          f"(one of {', '.join(EVENT_STATES)})")
     sess = session(ctx)
     now = sess.now()
-    found = sess.store().events(states or (), source, since_flag("--since", since, now),
-                                since_flag("--until", until, now), before, limit)
+    found = sess.store().events(states or (), source,
+                                since_flag("--since", since, now, sess.zone),
+                                since_flag("--until", until, now, sess.zone), before, limit)
     render.records([event_doc(e) for e in found], LIST_COLUMNS, as_json, title="events",
                    empty="none", human={"created_at": render.when})
 

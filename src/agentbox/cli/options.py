@@ -48,23 +48,22 @@ def time_flag(name: str, value: str, now: int, zone: Callable[[], ZoneInfo]) -> 
         raise BadInput(f"{name}: {exc}") from None
 
 
-def since_flag(name: str, value: str | None, now: int) -> int | None:
-    """A time flag that also takes a duration meaning that long ago (``2h``, ``7d``)."""
+def since_flag(name: str, value: str | None, now: int,
+               zone: Callable[[], ZoneInfo]) -> int | None:
+    """A time flag (see :func:`time_flag`) that also takes a duration meaning that long
+    ago (``2h``, ``7d``)."""
     if value is None:
         return None
-    from agentbox.durations import parse_duration, parse_time
-    from agentbox.errors import BadInput
+    from agentbox.durations import parse_duration
+    from agentbox.errors import BadInput, UsageError
 
-    def parse() -> int:
+    try:
+        return time_flag(name, value, now, zone)
+    except UsageError as exc:
         try:
-            return parse_time(value, now)
-        except BadInput as exc:
-            try:
-                return now - parse_duration(value)
-            except BadInput:
-                raise BadInput(f"{exc} or a duration ago such as 2h") from None
-
-    return _as_usage(name, parse)
+            return now - parse_duration(value)
+        except BadInput:
+            raise UsageError(f"{exc}, or a duration ago such as 2h") from None
 
 
 def command_flag(name: str, value: str | None, argv: list[str] | None) -> list[str] | None:

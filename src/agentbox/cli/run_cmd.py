@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from agentbox.cli.session import Session
     from agentbox.store import Store
+    from agentbox.upkeep import PruneReport
     from agentbox.worker import RunReport, Worker
 
 
@@ -92,19 +93,41 @@ def _once(worker: "Worker", until_empty: bool, as_json: bool) -> None:
 
     with worker.stop.installed():
         reports = run_until_empty(worker) if until_empty else [worker.run_once()]
+        pruned = _daily_prune(worker, reports)
     code = _exit_code(reports, worker.stop.signum)
     if as_json:
         render.document({"outcome": reports[-1].outcome if reports else "interrupted",
-                         "exit_code": code, "runs": [r.document() for r in reports]})
+                         "exit_code": code, "runs": [r.document() for r in reports],
+                         "prune": None if pruned is None else pruned.document()})
     else:
         for report in reports:
             render.line(report.describe())
+        if pruned is not None and pruned.counts.total:
+            render.line(pruned.describe())
     last = reports[-1] if reports else None
     if until_empty and code == 0 and last is not None and last.outcome != "idle":
         render.notice(f"stopped after {MAX_RUNS} runs; more events may be waiting")
     if code != 0:
         render.error(last.error if last is not None and last.error else "interrupted")
     raise typer.Exit(code)
+
+
+def _daily_prune(worker: "Worker", reports: "list[RunReport]") -> "PruneReport | None":
+    """The run's share of pruning, at most once a day (see Worker.prune_if_due).
+
+    Left to the other worker when the lease was busy; a prune that fails is a
+    notice and does not fail the run.
+    """
+    from agentbox import render
+    from agentbox.errors import AgentboxError
+
+    if not reports or reports[-1].outcome == "busy":
+        return None
+    try:
+        return worker.prune_if_due()
+    except AgentboxError as exc:
+        render.notice(f"prune skipped: {exc}")
+        return None
 
 
 def _exit_code(reports: "list[RunReport]", signalled: int | None) -> int:
