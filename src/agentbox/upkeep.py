@@ -135,11 +135,18 @@ def holder_alive(lease: Lease | None) -> bool | None:
 
 def diagnose(store: Store, now: int,
              pending_limit: int = health.PENDING_AGE_LIMIT) -> list[Check]:
-    """Every `doctor` check of one inbox: the backend's own, then the store's state."""
+    """Every `doctor` check of one inbox: the backend's own, then the store's state.
+
+    A damaged inbox may fail to answer the state queries: that is one more
+    failed check, never an error that hides the others.
+    """
     checks = store.checks()
-    vitals = store.vitals()
-    lease = vitals.status.lease
-    running = store.events(("running",), limit=max(1, vitals.status.events["running"]))
+    try:
+        vitals = store.vitals()
+        lease = vitals.status.lease
+        running = store.events(("running",), limit=max(1, vitals.status.events["running"]))
+    except AgentboxError as exc:
+        return [*checks, Check("state", False, f"cannot read the inbox's state: {exc}")]
     return [*checks,
             health.lease(lease, now, holder_alive(lease)),
             health.running([(e.id, e.claim_gen) for e in running], lease, now),

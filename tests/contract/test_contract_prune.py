@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentbox import upkeep
-from agentbox.rules.answer import Answer
 from agentbox.rules.policy import DAY, Policy
 from agentbox.rules.records import Dispatch, PruneCounts, TimerSpec, Wait
 from agentbox.rules.retention import cutoffs
@@ -94,7 +93,7 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
 
 
 def test_a_window_of_zero_forgets_a_key_when_its_event_goes(backend: Store) -> None:
-    [first, _] = done_events(backend, 2)
+    done_events(backend, 2)
     counts = prune(backend, LATER, POLICY._replace(dedupe_window=0))
     assert counts.events == 1  # the newest stays
     assert backend.ingest("hook", "hook-0", "{}", LATER).outcome == "stored"

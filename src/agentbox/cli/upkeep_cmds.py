@@ -38,10 +38,12 @@ def show_inboxes(ctx: typer.Context, as_json: bool) -> None:
     if as_json:
         render.document(docs)
         return
+    for bad in (d for d in docs if d["error"] is not None):
+        render.notice(f"{bad['user']}: unreadable: {bad['error']}")
     rows = [{"user": d["user"], **(d.get("events") or {}),
              "size": render.size(d.get("bytes")),
-             "last activity": render.when(d.get("last_activity")) if d["error"] is None
-             else f"unreadable: {d['error']}"} for d in docs]
+             "last activity": "unreadable" if d["error"] is not None
+             else render.when(d.get("last_activity"))} for d in docs]
     render.records(rows, INBOX_COLUMNS, False, title="inboxes", empty="none yet")
 
 
