@@ -24,7 +24,8 @@ from agentbox.store import Store, open_store
 
 RUN_STEPS = 20        # a run's daily prune does at most this many steps; the next run goes on
 RECLAIM_PAGES = 1024  # pages handed back to the disk per transaction
-MIN_PAUSE = 0.025     # seconds between two steps at least: see _pause
+MIN_PAUSE = 0.025     # seconds between two steps, at least and at most: see _pause
+MAX_PAUSE = 0.25
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,10 @@ def _pause(busy: float, sleep: Callable[[float], None]) -> None:
 
     SQLite's busy handler polls, at most 25 ms apart for its first 100 ms: a
     gap that long lets a waiting ingest in, so no ingest waits out more
-    than about one step whatever the size of the prune.
+    than about one step whatever the size of the prune. (A step that took
+    long because it waited for the lock itself need not pause that long.)
     """
-    sleep(max(MIN_PAUSE, busy))
+    sleep(min(max(MIN_PAUSE, busy), MAX_PAUSE))
 
 
 def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
@@ -101,11 +103,12 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
     return PruneReport(False, total, cut, complete, before, store.vitals().bytes)
 
 
-def auto_prune(store: Store, now: int, policy: Policy) -> PruneReport | None:
+def auto_prune(store: Store, now: int, policy: Policy,
+               sleep: Callable[[float], None] = time.sleep) -> PruneReport | None:
     """``run``'s prune: at most once a day, a bounded share each time (None: not due)."""
     if not prune_due(store.vitals().last_prune, now, policy):
         return None
-    return prune(store, now, policy, max_steps=RUN_STEPS)
+    return prune(store, now, policy, max_steps=RUN_STEPS, sleep=sleep)
 
 
 def holder_alive(lease: Lease | None) -> bool | None:

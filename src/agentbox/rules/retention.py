@@ -65,8 +65,12 @@ def prune_due(last_prune: int | None, now: int, policy: Policy) -> bool:
     return last_prune is None or now - last_prune >= PRUNE_EVERY or now < last_prune
 
 
+DIGEST_BYTES = 16  # 128 bits: no changed payload will ever pass for the same one
+
+
 def digest(payload: str) -> bytes:
-    """What is remembered of a pruned event's payload: sha256 of its canonical JSON."""
+    """What is remembered of a pruned event's payload: the sha256 of its canonical JSON,
+    cut to its first 16 bytes (tens of thousands of keys are remembered at a time)."""
     import hashlib  # only when pruning or meeting a pruned key: not on the ingest path
 
-    return hashlib.sha256(payload.encode("utf-8")).digest()
+    return hashlib.sha256(payload.encode("utf-8")).digest()[:DIGEST_BYTES]

@@ -3,7 +3,10 @@
 What may go is decided in :mod:`agentbox.rules.retention`. Each step is one
 ``BEGIN IMMEDIATE`` transaction over at most ``limit`` rows (plus their
 history), oldest first, so an ingest waiting on the write lock waits for one
-step, never for the whole prune. Every query walks an index on (state, id).
+step, never for the whole prune. Events and messages are found by walking
+their (state, id) index; remembered keys, a small table, are read whole once
+events, messages and dispatches are done (an index on their expiry would
+cost more space than the scan costs time).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from agentbox.backends.sqlite.db import write
 from agentbox.rules.records import SETTLED_DISPATCH_STATES, PruneCounts
 from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, digest
 
+CHECKPOINT_WAIT_MS = 200
 _KEPT = ",".join(f"'{s}'" for s in KEPT_SOURCES)
 _SETTLED = ",".join(f"'{s}'" for s in SETTLED_DISPATCH_STATES)
 
@@ -114,17 +118,33 @@ def record(conn: sqlite3.Connection, now: int) -> None:
 
 
 def reclaim(conn: sqlite3.Connection, max_pages: int) -> int:
-    """Hand up to ``max_pages`` free pages back to the disk, in one transaction.
+    """Hand up to ``max_pages`` free pages back to the disk, in one transaction;
+    once none are left, the write-ahead log too. Returns the pages handed back.
 
     Only a file made with ``auto_vacuum = INCREMENTAL`` (every inbox this
-    version creates) can; an older file reuses its free pages instead, so it
-    stops growing without shrinking. Returns the pages handed back.
+    version creates) can give pages back; an older file reuses its free pages
+    instead, so it stops growing without shrinking.
     """
-    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
-        return 0
-    with write(conn):
-        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-        pages = min(free, max_pages)
-        if pages:
-            conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
-    return pages
+    incremental = conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    pages = min(int(conn.execute("PRAGMA freelist_count").fetchone()[0]), max_pages)
+    if incremental and pages:
+        # One statement, its own transaction. It frees one page per step, and only
+        # executescript steps a statement that returns no rows to its end.
+        conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+        return pages
+    _truncate_log(conn)
+    return 0
+
+
+def _truncate_log(conn: sqlite3.Connection) -> None:
+    """Cut the write-ahead log back to nothing, if no reader needs it right now.
+
+    A big prune leaves a log as large as what it changed. The checkpoint
+    waits a moment at most for readers (a backup in progress, say), and is
+    simply skipped if they stay: the log is cut back at a later checkpoint.
+    """
+    conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(db.BUSY_TIMEOUT_S * 1000)}")

@@ -190,12 +190,11 @@ _V6 = """
 CREATE TABLE pruned_keys (
     source TEXT NOT NULL,
     source_id TEXT NOT NULL,
-    digest BLOB NOT NULL,        -- sha256 of the canonical payload
+    digest BLOB NOT NULL,        -- sha256 of the canonical payload, first 16 bytes
     event_id INTEGER NOT NULL,   -- the pruned event, named to a redelivery
     until INTEGER NOT NULL,      -- remembered until then: arrival + dedupe window
     PRIMARY KEY (source, source_id)
 ) WITHOUT ROWID;
-CREATE INDEX pruned_keys_until ON pruned_keys (until);
 
 CREATE TRIGGER events_remembered BEFORE INSERT ON events
 WHEN EXISTS (SELECT 1 FROM pruned_keys WHERE source = NEW.source
