@@ -36,6 +36,15 @@ INSERT_EVENT = """INSERT INTO events (source, source_id, payload, created_at, up
 INSERT_HISTORY = """INSERT INTO history (at, subject, subject_id, action, generation, detail)
                     VALUES (?, ?, ?, ?, ?, ?)"""
 
+# The story of every event a filled inbox holds as finished: claimed, then finished.
+HISTORY = """
+INSERT INTO history (at, subject, subject_id, action, generation, detail)
+SELECT e.updated_at, 'event', CAST(e.id AS TEXT), a.action, 1, NULL
+FROM events AS e JOIN (SELECT 2 AS k, 'claimed' AS action UNION ALL
+                       SELECT 3, 'finished') AS a
+  ON e.status <> 'pending'
+ORDER BY e.id, a.k"""
+
 
 @dataclass(frozen=True)
 class Row:

@@ -26,7 +26,7 @@ from pathlib import Path
 from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
-           "concurrency", "serve", "wakeup", "watch")
+           "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year")
 LATEST = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"

@@ -1,4 +1,8 @@
-"""Scale: claim/finish, status and dead list on 1,000,000 events against 10,000.
+"""Scale: claim/finish, status, dead list, events list and show on 1,000,000 events vs 10,000.
+
+A last figure: ingest into an inbox remembering the keys of 100,000 pruned
+events against one remembering none (synchronous=OFF on both, so the CPU
+cost of the check shows rather than the disk's flush).
 
 Both inboxes are made by the engine (the real schema, triggers included)
 and then filled with plain SQL in one transaction: mostly done events with
@@ -15,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from benchlib import (
+    HISTORY,
     T0,
     Row,
     filled_inbox,
@@ -50,19 +55,19 @@ SELECT i, 'github', 'delivery-' || i,
        :t0 - :total + i, :t0 - :total + i
 FROM k"""
 
-_HISTORY = """
-INSERT INTO history (at, subject, subject_id, action, generation, detail)
-SELECT e.updated_at, 'event', CAST(e.id AS TEXT), a.action, 1, NULL
-FROM events AS e JOIN (SELECT 2 AS k, 'claimed' AS action UNION ALL
-                       SELECT 3, 'finished') AS a
-  ON e.status <> 'pending'
-ORDER BY e.id, a.k"""
+
+
+
+_REMEMBERED = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :keys)
+INSERT INTO pruned_keys (source, source_id, digest, event_id, until)
+SELECT 'github', 'pruned-' || i, randomblob(16), i, :t0 + 86400 FROM n"""
 
 
 def build(path: Path, total: int, pending: int) -> Path:
     return filled_inbox(path, (_FILL, {"total": total, "pending": pending,
                                        "dead_every": (total - pending) // DEAD, "dead": DEAD,
-                                       "t0": T0}), (_HISTORY, {}))
+                                       "t0": T0}), (HISTORY, {}))
 
 
 def main() -> None:
@@ -103,11 +108,33 @@ def main() -> None:
         def dead_list(name: str) -> float:
             return timed(stores[name].dead)
 
+        def events_pending(name: str) -> float:
+            """`events list --state pending --limit 100`."""
+            return timed(lambda: stores[name].events(("pending",), limit=100))
+
+        def events_newest(name: str) -> float:
+            """`events list --limit 100`, every state."""
+            return timed(lambda: stores[name].events(limit=100))
+
+        middle = {"big": big // 2, "small": small // 2}
+
+        def events_show(name: str) -> float:
+            """`events show ID` of a done event half-way through the inbox."""
+            s, event_id = stores[name], middle[name]
+
+            def go() -> None:
+                assert s.event(event_id) is not None and len(s.story(event_id)) == 3
+            return timed(go)
+
         rows: list[Row] = []
         op: Callable[[str], float]
         for label, op, rounds in (("claim+finish", claim_finish, claim_rounds),
                                   ("status", status, read_rounds),
-                                  ("dead list", dead_list, read_rounds)):
+                                  ("dead list", dead_list, read_rounds),
+                                  ("events list --state pending --limit 100", events_pending,
+                                   read_rounds),
+                                  ("events list --limit 100", events_newest, read_rounds),
+                                  ("events show", events_show, read_rounds)):
             progress(f"scale: {label}, {rounds} rounds each")
             sides = {"big": partial(op, "big"), "small": partial(op, "small")}
             interleaved(1, sides)  # warm-up
@@ -117,7 +144,38 @@ def main() -> None:
                                  note=f"median of {rounds}; subject is the big inbox"))
         for s in stores.values():
             s.close()
+        rows.append(remembered_keys(root, 5_000 if args.quick else 100_000,
+                                    5 if args.quick else 60))
     report(rows, args)
+
+
+def remembered_keys(root: Path, keys: int, rounds: int, per: int = 200) -> Row:
+    """Store.ingest with ``keys`` remembered keys against none: the trigger's probe."""
+    from agentbox.backends.sqlite.store import SqliteStore
+
+    stores = {name: SqliteStore(filled_inbox(root / f"keys-{name}.sqlite3",
+                                             (_REMEMBERED, {"keys": n, "t0": T0})),
+                                synchronous="OFF")
+              for name, n in (("many", keys), ("none", 0))}
+    serial = {name: iter(range(10**9)) for name in stores}
+
+    def ingest(name: str) -> float:
+        s, ids = stores[name], serial[name]
+
+        def go() -> None:
+            for _ in range(per):
+                assert s.ingest("github", f"new-{next(ids)}", "{}", T0).outcome == "stored"
+        return timed(go) / per
+
+    progress(f"scale: ingest with {keys:,} remembered keys, {rounds} rounds each")
+    sides = {name: partial(ingest, name) for name in stores}
+    interleaved(1, sides)
+    times = interleaved(rounds, sides)
+    for s in stores.values():
+        s.close()
+    return time_row(f"scale: ingest, {keys:,} remembered pruned keys vs none",
+                    median(times["many"]), median(times["none"]), 1.5,
+                    note=f"median of {rounds} slices of {per} ingests; synchronous=OFF")
 
 
 if __name__ == "__main__":
