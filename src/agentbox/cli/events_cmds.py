@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from agentbox.rules.records import Event
     from agentbox.store import Store
 
-LIST_COLUMNS = ["id", "source", "source_id", "status", "attempts", "created_at"]
+LIST_COLUMNS = ["id", "created_at", "status", "attempts", "source", "source_id"]
 DEFAULT_LIMIT = 100
 
 

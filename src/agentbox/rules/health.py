@@ -12,6 +12,7 @@ import stat
 from collections.abc import Sequence
 
 from agentbox.durations import format_duration
+from agentbox.rules.lease import taken
 from agentbox.rules.records import Check, Lease
 
 WAL_LIMIT = 64 * 1024 * 1024  # a journal this big means checkpoints are being starved
@@ -27,7 +28,7 @@ def lease(current: Lease | None, now: int, holder_alive: bool | None) -> Check:
     if current is None:
         return Check("lease", True, "never taken")
     who = f"{current.holder}, generation {current.generation}"
-    if current.until < now:
+    if not taken(current, now):
         return Check("lease", True, f"free (last held by {who})")
     if holder_alive is False:
         return Check("lease", False, f"stale: held by {who}, whose process is gone; "
@@ -43,9 +44,9 @@ def running(claims: Sequence[tuple[int, int | None]], current: Lease | None,
     ``claims`` are (event id, claim generation) of the running events. The
     next run puts them back to pending, so this is a symptom, not damage.
     """
-    live = current is not None and current.until >= now
+    held = taken(current, now)
     stuck = sorted(i for i, generation in claims
-                   if not live or current is None or generation != current.generation)
+                   if not held or current is None or generation != current.generation)
     if not stuck:
         return Check("running", True, f"{len(claims)} running under the live lease"
                      if claims else "none running")

@@ -143,8 +143,9 @@ def _truncate_log(conn: sqlite3.Connection) -> None:
     waits a moment at most for readers (a backup in progress, say), and is
     simply skipped if they stay: the log is cut back at a later checkpoint.
     """
-    conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+    wait = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    conn.execute(f"PRAGMA busy_timeout = {min(wait, CHECKPOINT_WAIT_MS)}")
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(db.BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {wait}")
