@@ -72,20 +72,6 @@ def inbox_path(user: str) -> Path:
     return data_dir() / "inboxes" / f"{check_user(user)}.sqlite3"
 
 
-def inbox_files() -> list[tuple[str, Path]]:
-    """(user, file) for every inbox under the data folder, by user name.
-
-    Only reads the folder: a missing one holds no inbox, and nothing is
-    created. A file whose name is not a user name is nobody's inbox.
-    """
-    try:
-        entries = sorted((data_dir() / "inboxes").glob("*.sqlite3"))
-    except OSError:
-        return []
-    return [(path.stem, path) for path in entries
-            if _USER_NAME.fullmatch(path.stem) and path.stem.isascii() and path.is_file()]
-
-
 def private_dir(path: Path) -> Path:
     """Create a folder, and any missing parents, readable by this user only.
 

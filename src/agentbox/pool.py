@@ -56,11 +56,10 @@ class Pool:
         try:
             while not self.stop.requested:
                 worked = self._round(self._ready(look))
-                if not worked:
-                    self._upkeep()
-                # Inboxes that got a batch may have more; those that changed meanwhile
-                # are looked at too, without sleeping.
-                changed = self._changed(waiter, 0.0 if worked else self._delay())
+                pruned = not worked and self._upkeep()
+                # Inboxes that got a batch may have more, another may be due a prune;
+                # those that changed meanwhile are looked at too, without sleeping.
+                changed = self._changed(waiter, 0.0 if worked or pruned else self._delay())
                 look = None if changed is None else changed | worked
         finally:
             waiter.close()
@@ -114,8 +113,9 @@ class Pool:
                 worked.add(user)
         return worked
 
-    def _upkeep(self) -> None:
-        """At most one inbox's daily prune, when a round found nothing to do.
+    def _upkeep(self) -> bool:
+        """At most one inbox's daily prune, when a round found nothing to do; whether
+        one ran (then the next inbox's may be due too: no sleep before looking).
 
         Every inbox is looked at about hourly, quiet ones too (their done events
         age all the same); each prunes at most once a day.
@@ -129,12 +129,13 @@ class Pool:
                 pruned = self._worker(user).prune_if_due()
             except AgentboxError as exc:
                 self._rest(user, str(exc))
-                return
+                return False
             if pruned is None:
                 continue  # not due: a look costs a few reads
             if pruned.counts.total:
                 self.say(f"{user}: {pruned.describe()}")
-            return  # one prune per quiet round: the other inboxes wait less
+            return True  # one prune per quiet round: the other inboxes wait less
+        return False
 
     def _worker(self, user: str) -> Worker:
         worker = self._workers.get(user)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from agentbox.rules import health
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Check, Lease, PruneCounts, Vitals
 from agentbox.rules.retention import STEP, Cutoffs, cutoffs, prune_due
-from agentbox.store import Store, open_store
+from agentbox.store import Inboxes, Store
 
 RUN_STEPS = 20        # a run's daily prune does at most this many steps; the next run goes on
 RECLAIM_PAGES = 1024  # pages handed back to the disk per transaction
@@ -162,28 +162,22 @@ class Survey:
     """One inbox as `inboxes` lists it: its vitals, or why they could not be read."""
 
     user: str
-    location: str
+    location: str | None  # None: the inbox could not be opened (see error)
     vitals: Vitals | None
     error: str | None = None
 
 
-def survey(inboxes: Sequence[tuple[str, str]]) -> list[Survey]:
-    """The vitals of each (user, target), opened without creating anything.
+def survey(inboxes: Inboxes) -> list[Survey]:
+    """The vitals of every user's inbox there, each opened without creating anything.
 
     An inbox that cannot be read (corrupt, foreign, from a newer agentbox) is
     listed with its error rather than stopping the survey.
     """
     found = []
-    for user, target in inboxes:
+    for user in inboxes.users():
         try:
-            store = open_store(target, user, create=False)
-        except AgentboxError as exc:
-            found.append(Survey(user, target, None, str(exc)))
-            continue
-        try:
+            store = inboxes.store(user)
             found.append(Survey(user, store.location, store.vitals()))
         except AgentboxError as exc:
-            found.append(Survey(user, store.location, None, str(exc)))
-        finally:
-            store.close()
+            found.append(Survey(user, None, None, str(exc)))
     return found

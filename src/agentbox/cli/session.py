@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
     from agentbox.config import Settings
-    from agentbox.store import Store
+    from agentbox.store import Inboxes, Store
 
 
 # Commands (as typed after `agentbox`) that only read the inbox.
@@ -108,20 +108,23 @@ class Session:
 
     def no_inbox(self) -> str:
         """What to say when the inbox does not exist: whose, and which ones do."""
-        if self.chosen_db:
+        from agentbox.store import is_url
+
+        if self.chosen_db and not is_url(self.chosen_db):
             return f"no inbox at {self.db_target}"
-        users = [user for user, _ in paths.inbox_files()]
+        inboxes = self.inboxes()
+        try:
+            users = inboxes.users()
+        finally:
+            inboxes.close()
         return (f"no inbox for user {self.user!r} "
                 f"(inboxes: {', '.join(users) if users else 'none yet'})")
 
-    def all_inboxes(self) -> list[tuple[str, str]]:
-        """(user, target) of every user's inbox: each USER.sqlite3 under the data folder."""
-        from agentbox.errors import UsageError
+    def inboxes(self) -> Inboxes:
+        """Every user's inbox where this one's live (see :func:`agentbox.store.locate_inboxes`)."""
+        from agentbox.store import locate_inboxes, open_inboxes
 
-        if self.chosen_db:
-            raise UsageError("every user's inbox means the files under the data folder; "
-                             "--db, AGENTBOX_DB and the database setting name one inbox")
-        return [(user, str(path)) for user, path in paths.inbox_files()]
+        return open_inboxes(locate_inboxes(self.db_flag))
 
     def user_or_none(self) -> str | None:
         """The user, or None where only an unusable login name stands behind --db."""

@@ -7,6 +7,7 @@ import typer
 from agentbox.cli.app import JsonFlag, app, session
 
 if TYPE_CHECKING:
+    from agentbox.cli.session import Session
     from agentbox.upkeep import Survey
 
 AllUsersFlag = Annotated[bool, typer.Option(
@@ -29,12 +30,22 @@ def _survey_doc(found: "Survey") -> dict[str, Any]:
             "error": None}
 
 
+def _survey(sess: "Session") -> "list[Survey]":
+    """Every user's inbox where this one's lives, and its vitals (see upkeep.survey)."""
+    from agentbox.upkeep import survey
+
+    inboxes = sess.inboxes()
+    try:
+        return survey(inboxes)
+    finally:
+        inboxes.close()
+
+
 def show_inboxes(ctx: typer.Context, as_json: bool) -> None:
     """Every user's inbox with its counts, size and last activity (`status --all-users`)."""
     from agentbox import render
-    from agentbox.upkeep import survey
 
-    docs = [_survey_doc(s) for s in survey(session(ctx).all_inboxes())]
+    docs = [_survey_doc(s) for s in _survey(session(ctx))]
     if as_json:
         render.document(docs)
         return
@@ -157,11 +168,10 @@ def metrics(
 
     from agentbox import paths, render
     from agentbox.metrics import exposition
-    from agentbox.upkeep import survey
 
     sess = session(ctx)
     if all_users:
-        found = survey(sess.all_inboxes())
+        found = _survey(sess)
         for bad in (s for s in found if s.vitals is None):
             render.notice(f"{bad.user}: left out of the metrics: {bad.error}")
         readings = [(s.user, s.vitals) for s in found if s.vitals is not None]
