@@ -41,7 +41,8 @@ def test_a_deep_stored_payload_reaches_the_handler_as_text(
     assert agentbox_proc("config", "set", "max_attempts", "1").returncode == 0
     assert agentbox_proc("run", "--", "sh", "-c", "exit 1", env=env).returncode == 1
     for argv in (["dead", "--json"], ["dead"], ["dead", "show", "3", "--json"],
-                 ["dead", "show", "3"], ["status"]):
+                 ["dead", "show", "3"], ["status"], ["events", "show", "3", "--json"],
+                 ["events", "list", "--json"], ["events"]):
         shown = agentbox_proc(*argv, env=env)
         assert shown.returncode == 0, (argv, shown.stderr)
     assert json.loads(agentbox_proc("dead", "show", "3", "--json", env=env).stdout)[
