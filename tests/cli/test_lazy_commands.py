@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -48,6 +49,7 @@ def ingest_loads() -> list[str]:
     """Every module one `agentbox ingest` imports, in a fresh process.
 
     The home fixture put AGENTBOX_HOME and AGENTBOX_USER in our environment.
+    Coverage's own start-up in the child (which imports socket) is left out.
     """
     probe = (
         "import sys\n"
@@ -55,8 +57,9 @@ def ingest_loads() -> list[str]:
         "code = run(['ingest', 'github', 'd-1', '--payload', '{\"pr\": 1}'])\n"
         "print(code, ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
     )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "COV_CORE_"))}
     done = subprocess.run([sys.executable, "-c", probe],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
     code, *loaded = done.stderr.split()
     assert code == "0", done.stderr
     return loaded
