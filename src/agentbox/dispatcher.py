@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from agentbox.clock import seconds_until
-from agentbox.errors import AgentboxError, Busy
+from agentbox.errors import AgentboxError, Busy, Exit
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.outbox import sender_word
 from agentbox.rules.policy import Policy
@@ -79,7 +79,7 @@ class DispatchReport:
         when a stop cut it short."""
         if self.outcome == "interrupted":
             return 128 + (self.signum or signal.SIGTERM)
-        return 0 if self.dispatch is None or self.outcome == "sent" else 1
+        return Exit.OK if self.dispatch is None or self.outcome == "sent" else Exit.FAILURE
 
 
 class Sender(Protocol):

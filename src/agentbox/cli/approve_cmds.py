@@ -7,6 +7,7 @@ import typer
 
 from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import complete_answer, duration_flag
+from agentbox.errors import Exit
 
 approve_app = typer.Typer(help="Approvals: a request, then one answer or its expiry.",
                           no_args_is_help=True)
@@ -58,7 +59,7 @@ def approve_request(
     else:
         render.line(f"approval {request_id} exists for another action "
                     f"({current.action!r}); the first request stands")
-    raise typer.Exit(3 if outcome == "conflict" else 0)
+    raise typer.Exit(Exit.NOT_AS_ASKED if outcome == "conflict" else Exit.OK)
 
 
 @approve_app.command("answer")
@@ -92,7 +93,7 @@ def approve_answer(
     else:
         render.line(f"{request_id}: {standing}; an earlier answer stands, your {reply} "
                     "was not recorded")
-    raise typer.Exit(0 if stands else 3)
+    raise typer.Exit(Exit.OK if stands else Exit.NOT_AS_ASKED)
 
 
 @approve_app.command("list")

@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
+from agentbox.errors import Exit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -319,4 +320,4 @@ def replay(
         for i in left:
             event = store.event(i)
             render.line(f"event {i} is {event.status if event else 'gone'}, not dead: left alone")
-    raise typer.Exit(3 if left else 0)
+    raise typer.Exit(Exit.NOT_AS_ASKED if left else Exit.OK)

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
+from agentbox.errors import Exit
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
@@ -151,7 +152,7 @@ def doctor(
         width = max(len(c.name) for c in checks)
         for c in checks:
             render.line(f"{'ok  ' if c.ok else 'FAIL'}  {c.name.ljust(width)}  {c.detail}")
-    raise typer.Exit(0 if healthy else 1)
+    raise typer.Exit(Exit.OK if healthy else Exit.FAILURE)
 
 
 @app.command()
@@ -183,4 +184,4 @@ def metrics(
         render.data(text.rstrip("\n"))
     else:
         paths.write_atomically(Path(output), text.encode("utf-8"), 0o644)
-    raise typer.Exit(1 if failed else 0)
+    raise typer.Exit(Exit.FAILURE if failed else Exit.OK)
