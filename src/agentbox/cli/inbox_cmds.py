@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
 
-_OUTCOME_EXIT = {"stored": 0, "duplicate": 0, "conflict": 3}
+_OUTCOME_EXIT = {"stored": Exit.OK, "duplicate": Exit.OK, "conflict": Exit.NOT_AS_ASKED}
 
 
 @contextlib.contextmanager
@@ -185,14 +185,13 @@ def ingest(
 
 def _report_lines(report: "Report", as_json: bool) -> None:
     from agentbox import render
-    from agentbox.errors import Exit
-
     if as_json:
         render.document(report.document())
     else:
         render.lines(entry.describe() for entry in report.entries)
         render.notice(report.summary())
-    raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts else 0)
+    raise typer.Exit(Exit.DATA if report.bad else Exit.NOT_AS_ASKED if report.conflicts
+                     else Exit.OK)
 
 
 @app.command()
