@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 PROG = "agentbox"
+PROSE_WIDTH = 80  # running text wraps here even on a wider console: long lines are hard to read
 
 
 # Bidi embedding, override and isolate controls: they reorder what follows them
@@ -161,12 +163,12 @@ def _console() -> Any:
     return Console(highlight=False, soft_wrap=False, markup=False)
 
 
-def _grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None,
+def _grid(columns: Sequence[str], rows: Sequence[Sequence[Any]],
           cell: Callable[[Any], Any], text: Collection[str] = ()) -> Any:
     """A bordered table: ``text`` columns wrap, the others stay whole on one line."""
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", header_style="bold")
+    grid = Table(header_style="bold")
     for column in columns:
         grid.add_column(column, overflow="fold", no_wrap=column not in text)
     for row in rows:
@@ -233,6 +235,17 @@ def _stacked(width: int, columns: Sequence[str], rows: Sequence[Sequence[str]],
     return Group(*parts)
 
 
+def _titled(grid: Any, title: str | None, console: Any = None) -> None:
+    """A table under its title. rich's own table title is padded with spaces
+    to the table's width, which piped output should not carry."""
+    from rich.text import Text
+
+    console = console or _console()
+    if title:
+        console.print(Text(title, style="table.title"))
+    console.print(grid)
+
+
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
           empty: str = "nothing to show", text: Collection[str] = ()) -> None:
     """A table on stdout; ``empty`` is said instead when there are no rows.
@@ -249,7 +262,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     console = _console()
     cells = [[_cell(v) for v in row] for row in rows]
     if _fits(console.width, columns, cells, text):
-        console.print(_grid(columns, cells, title, str, text))
+        _titled(_grid(columns, cells, str, text), title, console)
     else:
         console.print(_stacked(console.width, columns, cells, title, text))
 
@@ -275,26 +288,52 @@ def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
     """A two-column key/value table, for one object."""
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", show_header=False)
+    grid = Table(show_header=False)
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for key, value in items:
         grid.add_row(key, _cell(value))
-    _console().print(grid)
+    _titled(grid, title)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A checklist cell: ✓ or ✗, followed by ``note`` when there is one."""
+
+    ok: bool
+    note: str = ""
 
 
 def checklist(columns: Sequence[str], rows: Sequence[Sequence[Any]],
               title: str | None = None) -> None:
     """A table with verdicts: a cell that is exactly True or False (a count of
-    1 or 0 is not) is drawn as a green ✓ or a red ✗."""
-    _console().print(_grid(columns, rows, title, _verdict, text=columns))
+    1 or 0 is not), or a :class:`Mark`, is drawn as a green ✓ or a red ✗."""
+    _titled(_grid(columns, rows, _verdict, text=columns), title)
 
 
 def _verdict(value: Any) -> Any:
     from rich.text import Text
 
-    if value is True:
-        return Text("✓", style="bold green")
-    if value is False:
-        return Text("✗", style="bold red")
+    if value is True or value is False:
+        value = Mark(value)
+    if isinstance(value, Mark):
+        mark = Text("✓" if value.ok else "✗", style="bold green" if value.ok else "bold red")
+        return mark.append(f" {printable(value.note)}") if value.note else mark
     return _cell(value)
+
+
+def prose(text: str, indent: int = 0, bold: bool = False) -> None:
+    """Running text on stdout, wrapped at the console's width or 80 columns,
+    whichever is less; a blank line in ``text`` starts a new paragraph."""
+    import textwrap
+
+    from rich.text import Text
+
+    console = _console()
+    width = min(console.width, PROSE_WIDTH)
+    margin = " " * indent
+    paragraphs = [printable(" ".join(p.split())) for p in text.split("\n\n") if p.strip()]
+    wrapped = "\n\n".join(textwrap.fill(p, width, initial_indent=margin,
+                                         subsequent_indent=margin, break_on_hyphens=False)
+                          for p in paragraphs)
+    console.print(Text(wrapped, style="bold" if bold else ""))
