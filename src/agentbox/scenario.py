@@ -1,7 +1,7 @@
 """Scenario files: the article's failure cases, and a user's own, as data.
 
 A scenario is a TOML file of steps against a simulated clock (the format is
-described in the README, "Scenarios"). :func:`run` replays one through the
+described in docs/scenarios.md). :func:`run` replays one through the
 :class:`~agentbox.store.Store` on a fresh temporary database and records what
 each step observed next to what it expected. Its ``run`` and ``dispatch``
 steps go through the very :class:`~agentbox.worker.Worker` and
@@ -57,7 +57,7 @@ WORDS: dict[str, tuple[SendOutcome, str | None]] = {
     "ok": ("sent", None), "fail": ("failed", "the sender failed"),
     "unknown": ("unknown", "the sender was killed")}
 SENDERS = (*WORDS, "die")
-_TOP_KEYS = ("title", "description", "start", "settings", "step")
+_TOP_KEYS = ("title", "story", "description", "start", "settings", "step")
 _COMMON = ("do", "expect", "at", "label")
 
 
@@ -623,6 +623,7 @@ class Scenario:
     name: str
     origin: str  # the file, as error messages name it
     title: str
+    story: str  # what goes wrong without the rule, shown above the table
     description: str
     start: int
     settings: Mapping[str, Any]
@@ -658,7 +659,8 @@ class Report:
     def document(self) -> dict[str, Any]:
         s = self.scenario
         return {
-            "name": s.name, "title": s.title, "description": s.description,
+            "name": s.name, "title": s.title, "story": s.story,
+            "description": s.description,
             "file": s.origin, "start": s.start, "settings": dict(s.settings),
             "steps": [{"n": r.step.n, "do": r.step.kind, "label": r.step.label,
                        "at": r.at, "clock": offset(r.at, s.start),
@@ -734,6 +736,14 @@ def _policy(settings: Any, origin: str) -> Policy:
     return Policy(**parse_settings(settings, f"{origin}: settings", allowed))
 
 
+def _prose(doc: Mapping[str, Any], key: str, origin: str) -> str:
+    """Free text, optional; a TOML multi-line string loses its surrounding newlines."""
+    value = doc.get(key, "")
+    if not isinstance(value, str):
+        raise BadInput(f"{origin}: {key!r} must be a string")
+    return value.strip()
+
+
 def parse(text: str, origin: str, name: str) -> Scenario:
     """A scenario from TOML text; any problem is one BadInput line naming the file."""
     try:
@@ -747,9 +757,7 @@ def parse(text: str, origin: str, name: str) -> Scenario:
     title = doc.get("title")
     if not isinstance(title, str) or not title:
         raise BadInput(f"{origin}: missing 'title' (a non-empty string)")
-    description = doc.get("description", "")
-    if not isinstance(description, str):
-        raise BadInput(f"{origin}: 'description' must be a string")
+    story, description = (_prose(doc, key, origin) for key in ("story", "description"))
     start = _moment(doc.get("start", DEFAULT_START))
     if start is None:
         raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number) within the "
@@ -767,7 +775,8 @@ def parse(text: str, origin: str, name: str) -> Scenario:
             steps.append(_step(raw, n, start))
         except _Bad as exc:
             raise BadInput(f"{origin}: {where}: {exc}") from None
-    return Scenario(name, origin, title, description, start, settings, policy, tuple(steps))
+    return Scenario(name, origin, title, story, description, start, settings, policy,
+                    tuple(steps))
 
 
 def shipped() -> list[tuple[str, Traversable]]:

@@ -31,8 +31,8 @@ def test_a_finish_without_the_fence_breaks_the_takeover_case(
     assert failed[1]["observed"] == 2  # the reply queued twice
     human = cli("scenarios", "4")
     assert human.code == 1
-    row = next(line for line in human.out.splitlines() if "9. [" in line)
-    assert "✗" in row
+    row = next(line for line in human.out.splitlines() if "│ 9. A finishes" in line)
+    assert "✗ true" in row  # what it observed instead of the expected false
 
 
 def _ignores_generation(conn: sqlite3.Connection, holder: str, generation: int,

@@ -8,31 +8,66 @@ import typer
 from agentbox.cli.app import JsonFlag, app
 
 if TYPE_CHECKING:
-    from agentbox.scenario import Report
+    from agentbox.scenario import Report, Scenario
+
+ARTICLE = ("Anthropic's always-on agents guide: what the inbox, timers and outbox do "
+           "when a worker dies, tested in SQLite")
+AUTHOR = "Max Nardit"
+ARTICLE_CASES = 8  # the first eight shipped scenarios are the article's cases, in its order
+
+
+def _from_the_article(scenarios: "list[Scenario]") -> None:
+    """Name the article once, above the output, when a shipped scenario is in it."""
+    from agentbox import render
+    from agentbox.scenario import shipped
+
+    names = {name for name, _ in shipped()}
+    if any(s.name in names and s.origin == f"{s.name}.toml" for s in scenarios):
+        render.prose(f'Scenarios 01-{ARTICLE_CASES:02d} replay the failure cases of "{ARTICLE}",'
+                     f" by {AUTHOR}; the others show what agentbox adds.")
+        render.line()
 
 
 def _listing(as_json: bool) -> None:
     from agentbox import render
     from agentbox.scenario import load_all
 
-    items = [{"name": s.name, "title": s.title, "steps": len(s.steps),
-              "description": s.description} for s in load_all([])]
-    render.records(items, ["name", "title", "steps"], as_json, title="scenarios",
+    scenarios = load_all([])
+    items = [{"name": s.name, "title": s.title, "steps": len(s.steps), "story": s.story,
+              "description": s.description} for s in scenarios]
+    if not as_json:
+        _from_the_article(scenarios)
+    render.records(items, ["name", "steps", "title"], as_json, title="scenarios",
                    empty="no scenario files found")
 
 
 def _table(report: "Report") -> None:
+    """The scenario's title and story, then one row per step.
+
+    The clock column shows where the simulated clock stands whenever a step
+    has moved it. A step that observed what it expected shows ✓; any other
+    shows ✗ and what it observed instead (``--json`` carries both always).
+    """
     from agentbox import render
     from agentbox.scenario import offset, show
 
+    scenario = report.scenario
+    render.prose(f"{scenario.name}: {scenario.title}", bold=True)
+    if scenario.story:
+        render.prose(scenario.story, indent=2)
+        render.line()
     rows: list[list[Any]] = []
+    clock = None
     for result in report.results:
         step = result.step
-        rows.append([f"{step.n}. [{offset(result.at, report.scenario.start)}] {step.label}",
-                     show(step.expect), show(result.observed),
-                     "·" if result.ok is None else result.ok])
-    render.checklist(["step", "expected", "observed", "✓/✗"], rows,
-                     title=f"{report.scenario.name}: {report.scenario.title}")
+        now = offset(result.at, scenario.start)
+        verdict = (None if result.ok is None
+                   else render.Mark(result.ok, "" if result.ok else show(result.observed)))
+        rows.append([f"{step.n}. {step.label}", "" if now == clock else now,
+                     show(step.expect), verdict or ""])
+        clock = now
+    render.checklist(["step", "clock", "expected", "observed"], rows)
+    render.line()
 
 
 @app.command("scenarios")
@@ -57,7 +92,8 @@ def scenarios(
     if list_only:
         _listing(as_json)
         return
-    reports = [run(scenario) for scenario in load_all(names or [])]
+    loaded = load_all(names or [])
+    reports = [run(scenario) for scenario in loaded]
     failed = sum(r.failed for r in reports)
     if as_json:
         render.document({
@@ -68,13 +104,16 @@ def scenarios(
             "scenarios": [r.document() for r in reports],
         })
     else:
+        _from_the_article(loaded)
         for report in reports:
             _table(report)
-        rows: list[list[Any]] = [[r.scenario.name, r.checked, r.passed, r.failed]
-                                 for r in reports]
+        rows: list[list[Any]] = [
+            [r.scenario.name, len(r.results), r.checked, r.passed, r.failed] for r in reports]
         if len(reports) > 1:
-            rows.append(["all", sum(r.checked for r in reports),
-                         sum(r.passed for r in reports), failed])
-        render.checklist(["scenario", "steps", "passed", "failed"], rows, title="summary")
+            rows.append(["all", sum(len(r.results) for r in reports),
+                         sum(r.checked for r in reports), sum(r.passed for r in reports),
+                         failed])
+        render.prose("summary", bold=True)
+        render.checklist(["scenario", "steps", "checked", "passed", "failed"], rows)
     if failed:
         raise typer.Exit(int(Exit.FAILURE))
