@@ -1,4 +1,4 @@
-"""Every error agentbox reports, each carrying the exit code DESIGN.md gives it.
+"""Every error agentbox reports, each carrying the exit code docs/design.md gives it.
 
 The CLI turns any of these into one line on stderr and its exit code; anything
 else that escapes is an unexpected error (exit 1), still without a traceback.

@@ -22,7 +22,7 @@ def status_doc(cli: Cli, *flags: str) -> dict[str, Any]:
 
 
 def assert_counts(doc: dict[str, Any]) -> None:
-    """DESIGN.md's status document: every count an integer, zero included."""
+    """The status document of docs/design.md: every count an integer, zero included."""
     assert set(doc) == {"user", "db", "events", "outbox", "lease", "next_timer"}
     assert set(doc["events"]) == {"pending", "running", "done", "dead"}
     assert set(doc["outbox"]) == {"held", "sending", "sent", "uncertain"}
