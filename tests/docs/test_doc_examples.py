@@ -21,7 +21,7 @@ The conventions (docs/development.md, "Examples are tests"):
 - Every fence names its language, so no shell example goes unnoticed.
 
 Each page runs in a directory of its own, with a fresh AGENTBOX_HOME, user
-alice, AGENTBOX_NOW pinned to 2026-12-01 09:00:00 UTC and an 80-column console;
+alice, AGENTBOX_NOW pinned to 2026-12-01 09:00:00 UTC, TZ=UTC and an 80-column console;
 the blocks of one page share that state, in order.
 """
 
@@ -212,7 +212,7 @@ class Session:
                     if not k.startswith("AGENTBOX_") and k not in ("COLUMNS", "LINES")}
         self.env.update(PATH=f"{tools}{os.pathsep}{os.environ['PATH']}",
                         AGENTBOX_HOME=str(tmp / "home"), AGENTBOX_USER="alice",
-                        AGENTBOX_NOW=str(START), COLUMNS="80", LC_ALL="C.UTF-8",
+                        AGENTBOX_NOW=str(START), COLUMNS="80", LC_ALL="C.UTF-8", TZ="UTC",
                         PYTHONIOENCODING="utf-8")
         self.shell = Shell(self.cwd, self.env)
 
