@@ -38,7 +38,7 @@ def _listing(as_json: bool) -> None:
     if not as_json:
         _from_the_article(scenarios)
     render.records(items, ["name", "steps", "title"], as_json, title="scenarios",
-                   empty="no scenario files found")
+                   empty="no scenario files found", text=["title"])
 
 
 def _table(report: "Report") -> None:
