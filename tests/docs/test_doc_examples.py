@@ -213,6 +213,7 @@ class Session:
         self.env.update(PATH=f"{tools}{os.pathsep}{os.environ['PATH']}",
                         AGENTBOX_HOME=str(tmp / "home"), AGENTBOX_USER="alice",
                         AGENTBOX_NOW=str(START), COLUMNS="80", LC_ALL="C.UTF-8", TZ="UTC",
+                        HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
                         PYTHONIOENCODING="utf-8")
         self.shell = Shell(self.cwd, self.env)
 
