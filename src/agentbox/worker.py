@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from agentbox.upkeep import PruneReport
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
+PREVIEW = 120  # bytes of a rejected answer quoted in its error, to show what went wrong
 MIN_HEARTBEAT = 0.2  # seconds; a very short lease_ttl still renews sanely
 LONGEST_SLEEP = 300.0  # a watcher looks again at least this often, whatever it waits for
 IDLE_FLOOR = 0.05  # a pass that found nothing to do never sleeps less than this
@@ -224,7 +225,8 @@ class CommandHandler:
                 raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
             return Outcome(answer=parse(result.stdout))
         except BadInput as exc:
-            return Outcome(error=f"handler output rejected: {exc}"
+            return Outcome(error=f"handler output rejected: {exc}; it began "
+                           + repr(result.stdout[:PREVIEW].decode("utf-8", "replace"))
                            + (f"; stderr: {tail}" if tail else ""))
 
 

@@ -117,7 +117,7 @@ def test_a_follow_up_cannot_replace_a_schedule_and_nothing_half_applies(cli, han
 
 
 @pytest.mark.parametrize(("answer", "why"), [
-    ("not json", "handler output is not valid JSON"),
+    ("not json", "rejected: the answer is not valid JSON"),
     ("[1, 2]", "must be a JSON object, not an array"),
     ('{"messages": [""]}', "messages[0] must be a non-empty string"),
     ('{"timers": [{"name": "t", "in": "soon"}]}', "timers[0].in must be a duration"),
@@ -135,6 +135,7 @@ def test_a_malformed_answer_fails_the_run(cli, handler, inbox, answer, why):
     event = store.find("chat", "m1")
     assert (event.status, event.attempts) == ("pending", 1)
     assert why in event.error and event.error.endswith("stderr: trace")
+    assert f"it began {answer[:120]!r}" in event.error  # what the handler printed
     assert held(store) == []
 
 

@@ -128,10 +128,10 @@ def parse(text: str | bytes) -> Answer:
     """A handler's stdout as an Answer; empty output means the run chose silence."""
     if not text.strip():
         return Answer()
-    doc = loads_strict(text, "handler output")
+    doc = loads_strict(text, "the answer")
     if not isinstance(doc, dict):
-        raise BadInput(f"handler output must be a JSON object, not {type_name(doc)}")
-    _known_keys(doc, "handler output", {"messages", "approvals", "timers"})
+        raise BadInput(f"the answer must be a JSON object, not {type_name(doc)}")
+    _known_keys(doc, "the answer", {"messages", "approvals", "timers"})
     return Answer(
         messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
         approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),
