@@ -359,6 +359,18 @@ _TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone"}
 LOCK_WAIT = 10.0  # seconds a writer waits for another one before giving up (exit 75)
 
 
+def _json_argv(key: str, raw: str) -> list[str]:
+    import json
+
+    try:
+        argv = json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"{key}: a command in [...] is a JSON array of strings: {exc}") from None
+    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+        raise UsageError(f"{key}: a command in [...] is a JSON array of strings")
+    return argv
+
+
 def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     """Write one setting (for ``user``, or for everyone when None); returns the stored value.
 
@@ -368,6 +380,8 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     """
     _known(key)
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
+    if KEYS[key].parse is parse_command and raw.lstrip().startswith("["):
+        value = _json_argv(key, raw)  # a command given as a JSON array is kept as a list
     try:
         KEYS[key].parse(value)
         check = KEYS[key].check

@@ -167,3 +167,19 @@ def test_another_users_bad_table_does_not_matter(cli: Cli, home: Path) -> None:
     (home / "config.toml").write_text("[users.bob]\nmax_batch = 0\n")
     assert cli("ingest", "s", "1", now=T0).code == 0
     assert cli("--user", "bob", "ingest", "s", "1", now=T0).code == 2
+
+
+def test_a_command_may_be_set_as_a_json_array(cli: Cli, home: Path) -> None:
+    assert cli("config", "set", "handler", '["python3", "/srv/my agent.py", "--fast"]').code == 0
+    import tomllib
+
+    stored = tomllib.loads((home / "config.toml").read_text())["users"]["alice"]["handler"]
+    assert stored == ["python3", "/srv/my agent.py", "--fast"]  # a TOML array, not a string
+    got = json.loads(cli("config", "get", "handler", "--json").out)
+    assert got["value"] == ["python3", "/srv/my agent.py", "--fast"]
+    assert cli("config", "set", "handler", "python3 agent.py").code == 0  # split like a shell
+    assert json.loads(cli("config", "get", "handler", "--json").out)["value"] == [
+        "python3", "agent.py"]
+    for bad in ('["python3", 1]', "[not json"):
+        result = cli("config", "set", "handler", bad)
+        assert result.code == 2 and "JSON array of strings" in result.err
