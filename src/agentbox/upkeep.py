@@ -88,7 +88,7 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
     while max_steps is None or steps < max_steps:
         started = time.monotonic()
         done = store.prune_step(cut, step)
-        total, steps = total + done, steps + 1
+        total, steps = total.plus(done), steps + 1
         if done.total < step:
             complete = True
             break

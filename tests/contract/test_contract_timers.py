@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -186,7 +185,7 @@ def test_a_cron_timer_keeps_its_expression_and_zone(backend: Store) -> None:
     assert (timer.cron, timer.tz, timer.every, timer.due) == (
         "0 8 * * 1-5", NY, None, MON_0800_EDT)
     assert backend.add_timer(WEEKDAYS, T + 5) == "unchanged"
-    elsewhere = replace(WEEKDAYS, tz="Europe/Berlin")
+    elsewhere = WEEKDAYS._replace(tz="Europe/Berlin")
     with pytest.raises(NotAsAsked):
         backend.add_timer(elsewhere, T)
     assert backend.add_timer(elsewhere, T, replace=True) == "replaced"
@@ -195,9 +194,9 @@ def test_a_cron_timer_keeps_its_expression_and_zone(backend: Store) -> None:
 
 
 @pytest.mark.parametrize("spec", [
-    replace(WEEKDAYS, tz=None), replace(WEEKDAYS, cron=None), replace(WEEKDAYS, every=DAY),
-    replace(WEEKDAYS, cron="61 * * * *"), replace(WEEKDAYS, cron="0 8 * * 1-5 2026"),
-    replace(WEEKDAYS, tz="Mars/Olympus"), replace(WEEKDAYS, event_source="x", event_id="y"),
+    WEEKDAYS._replace(tz=None), WEEKDAYS._replace(cron=None), WEEKDAYS._replace(every=DAY),
+    WEEKDAYS._replace(cron="61 * * * *"), WEEKDAYS._replace(cron="0 8 * * 1-5 2026"),
+    WEEKDAYS._replace(tz="Mars/Olympus"), WEEKDAYS._replace(event_source="x", event_id="y"),
 ], ids=["no-zone", "zone-alone", "also-every", "bad-minute", "six-fields", "bad-zone",
         "fixed-key"])
 def test_a_bad_cron_timer_is_refused_and_nothing_is_stored(backend: Store,
@@ -236,7 +235,7 @@ def test_a_repeated_local_time_fires_once(backend: Store) -> None:
 
 def test_a_four_day_outage_of_a_weekday_timer(backend: Store) -> None:
     backend.add_timer(WEEKDAYS, T)
-    backend.add_timer(replace(WEEKDAYS, name="billing", catch_up="each"), T)
+    backend.add_timer(WEEKDAYS._replace(name="billing", catch_up="each"), T)
     back = MON_0800_EDT + 4 * DAY + H  # Friday 09:00 EDT
     assert backend.tick(back) == 2
     latest = fired(backend, "standup", MON_0800_EDT + 4 * DAY)
@@ -252,7 +251,7 @@ def test_a_four_day_outage_of_a_weekday_timer(backend: Store) -> None:
 
 
 def test_catch_up_each_of_a_cron_timer_is_bounded(backend: Store) -> None:
-    backend.add_timer(replace(WEEKDAYS, catch_up="each"), T)
+    backend.add_timer(WEEKDAYS._replace(catch_up="each"), T)
     back = MON_0800_EDT + 14 * DAY + H  # ten weekdays later, on a Monday
     backend.tick(back, Policy(catch_up_limit=3))
     ids = [e.source_id for e in backend.timer_events("standup")]

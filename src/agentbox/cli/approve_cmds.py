@@ -99,12 +99,11 @@ def approve_answer(
 @approve_app.command("list")
 def approve_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every request, its deadline and the outcome that stands (pending until one does)."""
-    from dataclasses import asdict
 
     from agentbox import render
 
     sess = session(ctx)
-    rows = [asdict(a) for a in sess.store().approvals(sess.now())]
+    rows = [a._asdict() for a in sess.store().approvals(sess.now())]
     render.records(rows, ["id", "action", "outcome", "requested_at", "expires_at",
                           "answered_at"], as_json, title="approvals", empty="no approvals",
                    human={"requested_at": render.when, "expires_at": render.when,

@@ -1,13 +1,13 @@
 """What the store hands back: plain records, the same from every backend.
 
-Named tuples and frozen dataclasses only, no database types: a caller above
+Named tuples only (cheaper to define than dataclasses: `agentbox ingest` loads
+this module on every delivery), no database types: a caller above
 the store cannot tell which backend produced a record. The state names live
 here too, so the CLI, the scenario runner and every backend share one list.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
@@ -64,8 +64,7 @@ class Entry(NamedTuple):
     detail: str | None
 
 
-@dataclass(frozen=True)
-class TimerSpec:
+class TimerSpec(NamedTuple):
     """A timer as asked for: by `schedule add`, an approval request or a run's answer."""
 
     name: str
@@ -81,8 +80,7 @@ class TimerSpec:
     tz: str | None = None  # ... read in this IANA time zone
 
 
-@dataclass(frozen=True)
-class Timer:
+class Timer(NamedTuple):
     name: str
     due: int
     every: int | None
@@ -100,8 +98,7 @@ class Timer:
         return self.every is not None or self.cron is not None
 
 
-@dataclass(frozen=True)
-class Approval:
+class Approval(NamedTuple):
     id: str
     action: str
     requested_at: int
@@ -110,8 +107,7 @@ class Approval:
     answered_at: int | None
 
 
-@dataclass(frozen=True)
-class Dispatch:
+class Dispatch(NamedTuple):
     """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``."""
 
     key: str
@@ -128,8 +124,7 @@ class Dispatch:
         return self.tries > 1
 
 
-@dataclass(frozen=True)
-class OutboxMessage:
+class OutboxMessage(NamedTuple):
     id: int
     body: str
     urgent: bool
@@ -140,8 +135,7 @@ class OutboxMessage:
     error: str | None
 
 
-@dataclass(frozen=True)
-class Wait:
+class Wait(NamedTuple):
     """Nothing was claimed.
 
     ``until`` is when the gap allows the next send (None: no send yet);
@@ -173,8 +167,7 @@ class Vitals(NamedTuple):
     bytes: int                  # what the inbox takes on disk (for SQLite: file + WAL)
 
 
-@dataclass(frozen=True)
-class PruneCounts:
+class PruneCounts(NamedTuple):
     """What a prune removed (or, in a dry run, would remove)."""
 
     events: int = 0          # done events, with their history
@@ -183,20 +176,15 @@ class PruneCounts:
     keys_forgotten: int = 0  # remembered keys of pruned events past the dedupe window
     timer_history: int = 0   # timer history lines older than keep_done
 
-    def __add__(self, other: PruneCounts) -> PruneCounts:
-        return PruneCounts(*(a + b for a, b in zip(self.rows(), other.rows(), strict=True)))
-
-    def rows(self) -> tuple[int, ...]:
-        return (self.events, self.messages, self.dispatches, self.keys_forgotten,
-                self.timer_history)
+    def plus(self, other: PruneCounts) -> PruneCounts:
+        return PruneCounts(*(a + b for a, b in zip(self, other, strict=True)))
 
     @property
     def total(self) -> int:
-        return sum(self.rows())
+        return sum(self)
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """One line of `doctor`: what was checked, whether it is well, and what was found."""
 
     name: str
