@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
@@ -80,6 +79,8 @@ def _mode(value: Any) -> str:
 def parse_command(value: Any) -> list[str]:
     if isinstance(value, str):
         try:
+            import shlex  # only for a command given as one string
+
             argv = shlex.split(value)
         except ValueError as exc:
             raise BadInput(f"cannot split command {value!r}: {exc}") from None

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from datetime import tzinfo
 
 PROG = "agentbox"
 PROSE_WIDTH = 80  # running text wraps here even on a wider console: long lines are hard to read
@@ -110,6 +111,8 @@ def when(ts: int | None) -> str:
     """
     if ts is None:
         return "-"
+    from datetime import UTC, datetime  # here: `agentbox ingest` prints no time
+
     try:
         return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
@@ -122,6 +125,8 @@ def when_in(ts: int | None, zone: tzinfo | str | None) -> str:
     as the same moment; '-' without a time or a zone."""
     if ts is None or zone is None:
         return "-"
+    from datetime import datetime
+
     if isinstance(zone, str):
         from zoneinfo import ZoneInfo
 
@@ -296,8 +301,7 @@ def pairs(items: Sequence[tuple[str, Any]], title: str | None = None) -> None:
     _titled(grid, title)
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):
     """A checklist cell: ✓ or ✗, followed by ``note`` when there is one."""
 
     ok: bool
