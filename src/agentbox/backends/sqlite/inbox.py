@@ -20,20 +20,15 @@ COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, availab
             "error, created_at, updated_at")
 
 
-def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
-             now: int, record_conflict: bool = True, counted: bool = True) -> IngestResult:
-    """Store an event inside the caller's write transaction.
+_INSERT = """INSERT INTO events (source, source_id, payload, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
 
-    A caller storing many events passes ``counted=False`` and adds them to the
-    pending count itself, once (:func:`count_stored`).
-    """
-    row = conn.execute(
-        """INSERT INTO events (source, source_id, payload, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id""",
-        (source, source_id, payload, now, now)).fetchone()
-    if row is not None:
-        if counted:
-            count_stored(conn, 1)
+
+def store_in(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
+             now: int, record_conflict: bool = True) -> IngestResult:
+    """Store an event inside the caller's write transaction."""
+    row = conn.execute(_INSERT, (source, source_id, payload, now, now)).fetchone()
+    if row is not None:  # the events_count_insert trigger has counted it
         return IngestResult("stored", row[0], source, source_id)
     found = conn.execute(
         "SELECT id, payload FROM events WHERE source = ? AND source_id = ?",
@@ -58,13 +53,6 @@ def _against(conn: sqlite3.Connection, source: str, source_id: str, payload: str
     return IngestResult("conflict", event_id, source, source_id)
 
 
-def count_stored(conn: sqlite3.Connection, stored: int) -> None:
-    """New events are pending: the one tally no trigger keeps (see schema version 2)."""
-    if stored:
-        conn.execute("UPDATE state_counts SET n = n + ? WHERE tbl = 'events' "
-                     "AND state = 'pending'", (stored,))
-
-
 def _remembered(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
                 now: int) -> IngestResult:
     """A key whose event was pruned inside the dedupe window: compared by digest.
@@ -86,8 +74,16 @@ def _remembered(conn: sqlite3.Connection, source: str, source_id: str, payload: 
 
 def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
            now: int) -> IngestResult:
-    """Store one event whose payload is already canonical JSON (see jsonutil)."""
+    """Store one event whose payload is already canonical JSON (see jsonutil).
+
+    A new key is stored by one autocommit statement (its count by trigger, in
+    the same statement): no explicit transaction around a delivery that needs
+    none. A key already taken is judged inside a write transaction.
+    """
     check_key(source, source_id)
+    stored = conn.execute(_INSERT, (source, source_id, payload, now, now)).fetchall()
+    if stored:
+        return IngestResult("stored", stored[0][0], source, source_id)
     with write(conn):
         return store_in(conn, source, source_id, payload, now)
 
@@ -114,7 +110,6 @@ def ingest_many(conn: sqlite3.Connection, items: Iterable[tuple[str, str, str]],
                WHERE true ORDER BY key
                ON CONFLICT (source, source_id) DO NOTHING
                RETURNING id, source, source_id""", (now, now, json.dumps(checked))).fetchall()}
-        count_stored(conn, len(new))
         taken = _existing(conn, [(s, i) for s, i, _ in checked if (s, i) not in new])
         results: list[IngestResult] = []
         for source, source_id, payload in checked:

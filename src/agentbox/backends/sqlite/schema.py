@@ -204,5 +204,15 @@ BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Version 7: new events are counted by trigger again. Bulk ingest is now one
+# INSERT ... SELECT per batch, where a per-row trigger costs little, and a
+# single delivery becomes one autocommit statement that stores the event and
+# its count together, with no explicit transaction around it.
+_V7 = """
+CREATE TRIGGER events_count_insert AFTER INSERT ON events BEGIN
+    UPDATE state_counts SET n = n + 1 WHERE tbl = 'events' AND state = NEW.status;
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
