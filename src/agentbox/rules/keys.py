@@ -33,3 +33,22 @@ def check_delivery_key(source: str, source_id: str) -> None:
     if source in RESERVED_SOURCES:
         raise BadInput(f"source {source!r} is kept for agentbox's own events; "
                        f"use `{RESERVED_SOURCES[source]}` instead")
+
+
+def conflict_detail(payload: str) -> str:
+    """What an event's story says when a different payload came under its key.
+
+    A digest, not the payload: the refused body may be large or sensitive.
+    """
+    import hashlib  # only for a conflict: keeps it off the ingest start-up path
+
+    digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    return f"refused a different payload (sha256 {digest}…)"
+
+
+def prefix_bound(prefix: str) -> str:
+    """The least string above every string that starts with ``prefix`` (code point order).
+
+    With it, "starts with" is a range on the key's index: ``prefix <= id < bound``.
+    """
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)

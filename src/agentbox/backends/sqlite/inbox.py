@@ -13,7 +13,7 @@ from agentbox.backends.sqlite import history
 from agentbox.backends.sqlite.db import write
 from agentbox.errors import DatabaseError
 from agentbox.rules.inbox import stored_entry
-from agentbox.rules.keys import check_key
+from agentbox.rules.keys import check_key, conflict_detail, prefix_bound
 from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
 
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
@@ -45,11 +45,8 @@ def _against(conn: sqlite3.Connection, source: str, source_id: str, payload: str
     if stored == payload:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
-        import hashlib  # only for a conflict: keeps it off the ingest start-up path
-
-        digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
         history.record(conn, now, "event", event_id, "conflict",
-                       detail=f"refused a different payload (sha256 {digest}…)")
+                       detail=conflict_detail(payload))
     return IngestResult("conflict", event_id, source, source_id)
 
 
@@ -168,9 +165,8 @@ def with_key_prefix(conn: sqlite3.Connection, source: str, prefix: str) -> list[
 
     A range on the (source, source_id) key, so it reads only the matching rows.
     """
-    bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     return events_where(conn, "source = ? AND source_id >= ? AND source_id < ? ORDER BY id",
-                   (source, prefix, bound))
+                        (source, prefix, prefix_bound(prefix)))
 
 
 def listing(conn: sqlite3.Connection, states: Sequence[str], source: str | None,

@@ -1,19 +1,19 @@
 """The :class:`~agentbox.store.Store` protocol over one SQLite file.
 
 Each method delegates to the module that owns its SQL. Every public method
-is wrapped by :func:`translating`: an ``sqlite3.Error`` escaping it becomes
-the agentbox error a user can act on, so nothing above the store sees the
-driver.
+is wrapped by :func:`~agentbox.backends.boundary.translating`: an
+``sqlite3.Error`` escaping it becomes the agentbox error a user can act on,
+so nothing above the store sees the driver.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
+from agentbox.backends.boundary import translating
 from agentbox.backends.sqlite import db, inbox, lease
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import Status, Vitals
@@ -42,30 +42,8 @@ if TYPE_CHECKING:
     )
     from agentbox.rules.retention import Cutoffs
 
-C = TypeVar("C", bound=type)
 
-
-def translating(cls: C) -> C:
-    """Wrap every public method of ``cls`` so sqlite3 errors leave it translated."""
-    for name, method in list(vars(cls).items()):
-        if name.startswith("_") or not callable(method):
-            continue
-        setattr(cls, name, _translated(method))
-    return cls
-
-
-def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as exc:
-            raise db.translate(exc, self.location) from None
-
-    return call
-
-
-@translating
+@translating(sqlite3.Error, db.translate)
 class SqliteStore:
     """One user's inbox in one SQLite file."""
 
