@@ -1,0 +1,293 @@
+"""Connecting to PostgreSQL: the URL, the schema, migrations, transactions, errors.
+
+Every inbox of a database lives in one PostgreSQL schema (``agentbox`` unless
+the URL says ``?schema=NAME``), one row of its ``inboxes`` table per user.
+The schema is created and migrated under a transaction-scoped advisory lock,
+each migration in one transaction with its record, so any number of
+processes may open a new database at once. A schema from a newer agentbox is
+refused before anything is written to it.
+
+Writes run in :func:`write`: one transaction, its statements pipelined, so a
+transaction costs one round trip per read its decisions need plus one for the
+writes and the COMMIT.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from agentbox.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from agentbox.errors import BadInput, Busy, DatabaseError, UsageError
+
+DEFAULT_SCHEMA = "agentbox"
+SCHEMA_PARAM = "schema"
+LOCK_TIMEOUT_S = 30  # as long as SQLite's busy timeout: then Busy (exit 75)
+# A process stopped inside a transaction (SIGSTOP, a debugger) would hold its
+# inbox's lock for good; the server ends such a session after this long.
+IDLE_IN_TRANSACTION_S = 15
+CONNECT_TIMEOUT_S = 10
+# The advisory lock that serialises migrations: "AGBX" and the schema's hash.
+_MIGRATION_LOCK = 0x41474258
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# SQLSTATEs a retry can cure: lock_timeout, serialization and deadlock
+# failures, too many connections, a server starting up or shutting down.
+_TRANSIENT = {"55P03", "40001", "40P01", "53300", "57P03"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed ``postgresql://`` URL."""
+
+    conninfo: str  # for libpq: the URL without agentbox's own parameter
+    schema: str
+    location: str  # the URL without its password, for people and `status`
+
+
+def parse(url: str) -> Target:
+    """Split a URL into what libpq gets, the schema, and a location safe to show.
+
+    ``?schema=NAME`` (lower-case letters, digits and ``_``) picks the schema;
+    every other parameter is libpq's. A password in the URL, or in a
+    ``password`` parameter, never reaches the location.
+    """
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == SCHEMA_PARAM]
+    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise UsageError(f"schema {schema!r} in the database URL: use 1-63 lower-case "
+                         "letters, digits or '_', not starting with a digit")
+    kept = [(k, v) for k, v in query if k != SCHEMA_PARAM]
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    shown_query = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
+    location = urlunsplit((parts.scheme, f"{user}{at}{hosts}", parts.path, shown_query, ""))
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                           urlencode(kept, quote_via=quote), ""))
+    return Target(conninfo, schema, location)
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` naming ``schema`` instead of whatever schema it named."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k != SCHEMA_PARAM] + [(SCHEMA_PARAM, schema)]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path,
+                       urlencode(query, quote_via=quote), ""))
+
+
+def translate(exc: psycopg.Error, where: str) -> Exception:
+    """Turn a psycopg error into the agentbox error a user can act on."""
+    state = exc.sqlstate or ""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if state in _TRANSIENT:
+        return Busy(f"{where}: database stayed busy ({first}); try again")
+    if state == "42501":
+        return DatabaseError(f"{where}: permission denied: {first}")
+    if state in ("22021", "22P05") or "0x00" in first:
+        return BadInput(f"{where}: text with a NUL character cannot be stored in PostgreSQL")
+    if state == "22003":
+        return BadInput(f"{where}: a number is out of range (the largest is 2**63 - 1)")
+    if state.startswith("08") or (not state and isinstance(exc, psycopg.OperationalError)):
+        return DatabaseError(f"{where}: cannot reach PostgreSQL: {_reason(first)}")
+    if state.startswith("57P"):
+        return DatabaseError(f"{where}: the server ended the session: {first}")
+    if state == "53100":
+        return DatabaseError(f"{where}: the database server's disk is full: {first}")
+    return DatabaseError(f"{where}: database error: {first}")
+
+
+def _reason(text: str) -> str:
+    """libpq's connection failure without the repeated host details it starts with."""
+    for marker in ("failed: ", "error: "):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+    return text
+
+
+def session(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any]:
+    """A connection in autocommit mode with the schema on its search path.
+
+    ``synchronous`` is the SQLite word: anything but ``OFF`` means
+    ``synchronous_commit = on``, whatever the server's default, so an
+    acknowledged write survives a crash of the server.
+    """
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(target.conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"{target.location}: not a usable PostgreSQL URL: "
+                         f"{str(exc).strip()}") from None
+    settings = (f"-c search_path={target.schema} -c lock_timeout={LOCK_TIMEOUT_S}s "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s "
+                f"-c synchronous_commit={'off' if synchronous.upper() == 'OFF' else 'on'}")
+    params["options"] = f"{params.get('options') or ''} {settings}".strip()
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    params.setdefault("application_name", "agentbox")
+    try:
+        return psycopg.connect(make_conninfo("", **params), autocommit=True)
+    except psycopg.Error as exc:
+        raise translate(exc, target.location) from None
+
+
+def connect(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any]:
+    """Open a session (see :func:`session`) on a schema migrated to this version."""
+    conn = session(target, synchronous)
+    try:
+        migrate(conn, target)
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate(exc, target.location) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def temporary_schema(url: str, prefix: str = "agentbox_tmp") -> Iterator[str]:
+    """``url`` naming a fresh schema, dropped with everything in it afterwards.
+
+    For throwaway inboxes: the scenario runner and the tests.
+    """
+    import secrets
+
+    fresh = with_schema(url, f"{prefix}_{secrets.token_hex(6)}")
+    try:
+        yield fresh
+    finally:
+        drop_schema(parse(fresh))
+
+
+def drop_schema(target: Target) -> None:
+    with session(target) as conn:
+        try:
+            conn.execute(f"DROP SCHEMA IF EXISTS {target.schema} CASCADE")
+        except psycopg.Error as exc:
+            raise translate(exc, target.location) from None
+
+
+def _version(conn: psycopg.Connection[Any]) -> int | None:
+    """The schema's version, or None when it has no migrations table yet."""
+    try:
+        row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()
+    except pgerrors.UndefinedTable:
+        return None
+    return int(row[0]) if row else 0
+
+
+def _check_version(version: int, target: Target) -> None:
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{target.location}: schema {target.schema} was made by a newer agentbox "
+            f"(schema {version}, this one knows up to {SCHEMA_VERSION}); upgrade agentbox "
+            "to use it")
+
+
+def migrate(conn: psycopg.Connection[Any], target: Target) -> None:
+    """Bring the schema up to date; one query when it already is.
+
+    Each missing migration runs in its own transaction, after taking the
+    advisory lock and reading the version again, so processes racing to
+    create the same schema apply each migration exactly once.
+    """
+    version = _version(conn)
+    if version is not None:
+        _check_version(version, target)
+        if version == SCHEMA_VERSION:
+            return
+    while True:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                         (_MIGRATION_LOCK, target.schema))
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (target.schema,)).fetchone() is None:
+                # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
+                # database even with IF NOT EXISTS, and a schema made by an
+                # administrator must not need it.
+                conn.execute(f"CREATE SCHEMA {target.schema}")
+            version = _version_in_transaction(conn, target)
+            if version >= SCHEMA_VERSION:
+                _check_version(version, target)
+                return
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute("""INSERT INTO migrations (version, applied_at)
+                            VALUES (%s, extract(epoch FROM now())::bigint)""", (version + 1,))
+
+
+def _version_in_transaction(conn: psycopg.Connection[Any], target: Target) -> int:
+    """The version under the migration lock; refuse a schema that is not agentbox's."""
+    row = conn.execute(
+        """SELECT to_regclass('migrations') IS NOT NULL,
+                  (SELECT COUNT(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm'))""",
+        (target.schema,)).fetchone()
+    assert row is not None
+    has_migrations, relations = row
+    if not has_migrations:
+        if relations:
+            raise DatabaseError(f"{target.location}: schema {target.schema} holds tables, "
+                                "but not an agentbox database; pick another with ?schema=")
+        return 0
+    version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()
+    return int(version[0]) if version else 0
+
+
+@contextmanager
+def write(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """One transaction with its statements pipelined: COMMIT on success, else ROLLBACK.
+
+    A statement's result is waited for only when it is read; the rest go out
+    together with the COMMIT.
+    """
+    with conn.pipeline(), conn.transaction():
+        yield conn
+
+
+def find_inbox(conn: psycopg.Connection[Any], name: str) -> int | None:
+    row = conn.execute("SELECT id FROM inboxes WHERE name = %s", (name,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def create_inbox(conn: psycopg.Connection[Any], name: str) -> int:
+    """The inbox of ``name``, made now if no process has made it yet."""
+    import secrets
+
+    row = conn.execute(
+        """INSERT INTO inboxes (name, instance, created_at)
+           VALUES (%s, %s, extract(epoch FROM now())::bigint)
+           ON CONFLICT (name) DO NOTHING RETURNING id""",
+        (name, secrets.token_hex(6))).fetchone()
+    if row is not None:
+        return int(row[0])
+    found = find_inbox(conn, name)
+    assert found is not None  # inboxes are never deleted
+    return found
+
+
+def instance_id(conn: psycopg.Connection[Any], box: int) -> str:
+    row = conn.execute("SELECT instance FROM inboxes WHERE id = %s", (box,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def state_counts(conn: psycopg.Connection[Any], box: int) -> dict[str, dict[str, int]]:
+    """Rows per state of every counted table, every state present, from the kept tallies."""
+    from agentbox.backends.postgres.schema import COUNTED
+
+    found: dict[tuple[str, str], int] = {
+        (str(t), str(s)): int(n) for t, s, n in conn.execute(
+            """SELECT tbl, state, SUM(n) FROM state_counts WHERE inbox_id = %s
+               GROUP BY tbl, state""", (box,)).fetchall()}
+    return {table: {state: found.get((table, state), 0) for state in states}
+            for table, (_, states) in COUNTED.items()}

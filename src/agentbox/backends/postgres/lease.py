@@ -1,0 +1,80 @@
+"""The inbox lock and the lease it guards; who may take the lease is decided in rules.lease.
+
+Every write to an inbox except an ingest starts by locking that inbox's row
+(``FOR NO KEY UPDATE``): writers of one inbox queue, writers of two inboxes
+never meet, and any number of hosts may share the database. The lease is
+three columns of the same row, so the statement that takes the lock also
+reads the fence, as it stands once the lock is ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from psycopg import Connection
+
+from agentbox.backends.postgres.db import write
+from agentbox.rules import lease as rules
+from agentbox.rules.records import Lease
+
+_COLUMNS = "lease_holder, lease_generation, lease_until"
+
+
+def _lease(row: tuple[Any, ...] | None) -> Lease | None:
+    if row is None or row[0] is None:
+        return None
+    return Lease(str(row[0]), int(row[1]), int(row[2]))
+
+
+def current(conn: Connection[Any], box: int) -> Lease | None:
+    return _lease(conn.execute(f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s",
+                               (box,)).fetchone())
+
+
+def lock(conn: Connection[Any], box: int) -> Lease | None:
+    """Take the inbox lock for the rest of the transaction; the lease as it then stands."""
+    return _lease(conn.execute(
+        f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s FOR NO KEY UPDATE",
+        (box,)).fetchone())
+
+
+@contextmanager
+def locked(conn: Connection[Any], box: int) -> Iterator[Lease | None]:
+    """A write transaction holding the inbox lock; yields the lease under it."""
+    with write(conn):
+        yield lock(conn, box)
+
+
+def _set(conn: Connection[Any], box: int, lease: Lease) -> None:
+    conn.execute(f"UPDATE inboxes SET ({_COLUMNS}) = (%s, %s, %s) WHERE id = %s",
+                 (*lease, box))
+
+
+def acquire(conn: Connection[Any], box: int, holder: str, now: int, ttl: int) -> int | None:
+    """Take or renew the lease; the generation, or None while another holds it."""
+    with locked(conn, box) as lease:
+        generation = rules.next_generation(lease, holder, now)
+        if generation is not None:
+            _set(conn, box, Lease(holder, generation, now + ttl))
+        return generation
+
+
+def renew(conn: Connection[Any], box: int, holder: str, generation: int, now: int,
+          ttl: int) -> bool:
+    """Extend a lease this worker still holds; False once it has lapsed or moved on."""
+    with locked(conn, box) as lease:
+        if not rules.holds(lease, holder, generation, now):
+            return False
+        _set(conn, box, Lease(holder, generation, now + ttl))
+        return True
+
+
+def release(conn: Connection[Any], box: int, holder: str, generation: int, now: int) -> bool:
+    """End this worker's lease now, so the next tick need not wait out the TTL."""
+    with locked(conn, box) as lease:
+        if not rules.holds(lease, holder, generation, now):
+            return False
+        _set(conn, box, Lease(holder, generation, rules.released_until(now)))
+        return True

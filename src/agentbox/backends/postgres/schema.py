@@ -1,0 +1,190 @@
+"""The PostgreSQL schema, as an ordered list of migrations (each a list of statements).
+
+Migration N brings a schema from version N-1 to N. Never edit a migration
+that has shipped; append a new one.
+
+Every inbox of the database shares these tables: the ``inboxes`` row of a
+user carries its lease (so taking the inbox lock reads the fence in the same
+statement) and its dispatch counter; every other row carries ``inbox_id``.
+Ids of events and messages come from one sequence per table, so they are
+unique across the database and never reused. Text that keys or orders rows
+compares in code point order (``COLLATE "C"``), as in SQLite, whatever the
+database's collation. There are no foreign keys: an
+``inbox_id`` always comes from the ``inboxes`` row the store resolved, and a
+foreign key check would lock that row on every ingest.
+"""
+
+from __future__ import annotations
+
+from agentbox.rules.records import (
+    CATCH_UP_MODES,
+    DELIVERY_MODES,
+    DISPATCH_STATES,
+    EVENT_STATES,
+    OUTBOX_STATES,
+)
+
+# Counts per state are kept in state_counts, so `status` costs the same on a
+# million events as on ten: by triggers for updates, deletes and outbox rows
+# (always under the inbox lock, in slot 0), and by the ingest statement itself
+# for events, in a slot picked by the session so that concurrent ingests into
+# one inbox do not queue on one counter row. A count is the sum of its slots.
+COUNTED = {
+    "events": ("status", EVENT_STATES),
+    "outbox": ("state", OUTBOX_STATES),
+}
+INGEST_SLOTS = 31
+INGEST_SLOT = f"1 + mod(pg_backend_pid(), {INGEST_SLOTS})"
+
+
+def _among(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+def _count_triggers() -> list[str]:
+    """Statement triggers that fold a statement's moves between states into the tallies."""
+    statements: list[str] = []
+    upsert = """
+        INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
+        SELECT inbox_id, '{table}', state, 0, SUM(d) FROM ({moves}) moved
+        GROUP BY inbox_id, state HAVING SUM(d) <> 0
+        ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n"""
+    for table, (column, _) in COUNTED.items():
+        gone = f"SELECT inbox_id, {column} AS state, -1 AS d FROM gone"
+        came = f"SELECT inbox_id, {column} AS state, 1 AS d FROM came"
+        kinds = {"update": ("OLD TABLE AS gone NEW TABLE AS came", f"{gone} UNION ALL {came}"),
+                 "delete": ("OLD TABLE AS gone", gone)}
+        if table == "outbox":  # events count their inserts in the ingest statement
+            kinds["insert"] = ("NEW TABLE AS came", came)
+        for kind, (tables, moves) in kinds.items():
+            name = f"{table}_count_{kind}"
+            statements.append(f"""
+CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN{upsert.format(table=table, moves=moves)};
+    RETURN NULL;
+END $$""")
+            statements.append(f"""
+CREATE TRIGGER {name} AFTER {kind.upper()} ON {table} REFERENCING {tables}
+FOR EACH STATEMENT EXECUTE FUNCTION {name}()""")
+    return statements
+
+
+_V1: tuple[str, ...] = (
+    """
+CREATE TABLE migrations (
+    version integer PRIMARY KEY,
+    applied_at bigint NOT NULL
+)""",
+    """
+CREATE TABLE inboxes (
+    id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text COLLATE "C" NOT NULL UNIQUE,      -- the agentbox user
+    instance text NOT NULL,                     -- random, fixed: keys unique across inboxes
+    created_at bigint NOT NULL,
+    lease_holder text,                          -- NULL: never leased
+    lease_generation bigint NOT NULL DEFAULT 0,
+    lease_until bigint,
+    dispatch_seq bigint NOT NULL DEFAULT 0      -- the last dispatch number handed out
+)""",
+    f"""
+CREATE TABLE events (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    inbox_id integer NOT NULL,
+    source text COLLATE "C" NOT NULL,
+    source_id text COLLATE "C" NOT NULL,
+    payload text NOT NULL,                      -- canonical JSON object, byte for byte
+    status text NOT NULL DEFAULT 'pending' CHECK (status IN {_among(EVENT_STATES)}),
+    attempts bigint NOT NULL DEFAULT 0,         -- counted at claim time
+    claim_gen bigint,                           -- lease generation of the last claim
+    available_at bigint NOT NULL DEFAULT 0,     -- retry backoff
+    error text,
+    created_at bigint NOT NULL,                 -- also the 'stored' line of its story
+    updated_at bigint NOT NULL,
+    UNIQUE (inbox_id, source, source_id)
+)""",
+    "CREATE INDEX events_by_status ON events (inbox_id, status, id)",
+    """
+CREATE TABLE history (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    inbox_id integer NOT NULL,
+    at bigint NOT NULL,
+    subject text NOT NULL,                      -- event | message | dispatch | timer | approval
+    subject_id text COLLATE "C" NOT NULL,
+    action text NOT NULL,
+    generation bigint,
+    detail text
+)""",
+    "CREATE INDEX history_by_subject ON history (inbox_id, subject, subject_id, id)",
+    f"""
+CREATE TABLE timers (
+    inbox_id integer NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    due bigint NOT NULL,
+    every bigint CHECK (every IS NULL OR every > 0),  -- NULL: one-off
+    payload text NOT NULL,
+    catch_up text NOT NULL DEFAULT 'coalesce' CHECK (catch_up IN {_among(CATCH_UP_MODES)}),
+    event_source text,                          -- a fixed event key, for approval expiry
+    event_id text,
+    done boolean NOT NULL DEFAULT false,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (inbox_id, name)
+)""",
+    "CREATE INDEX timers_due ON timers (inbox_id, due) WHERE NOT done",
+    """
+CREATE TABLE approvals (
+    inbox_id integer NOT NULL,
+    id text COLLATE "C" NOT NULL,
+    action text NOT NULL,
+    requested_at bigint NOT NULL,
+    expires_at bigint NOT NULL,
+    PRIMARY KEY (inbox_id, id)
+)""",
+    f"""
+CREATE TABLE outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    inbox_id integer NOT NULL,
+    body text NOT NULL,
+    urgent boolean NOT NULL DEFAULT false,
+    state text NOT NULL DEFAULT 'held' CHECK (state IN {_among(OUTBOX_STATES)}),
+    dispatch_key text,
+    generation bigint,
+    created_at bigint NOT NULL,
+    sent_at bigint,
+    error text
+)""",
+    "CREATE INDEX outbox_by_state ON outbox (inbox_id, state, id)",
+    """CREATE INDEX outbox_by_dispatch ON outbox (inbox_id, dispatch_key)
+       WHERE dispatch_key IS NOT NULL""",
+    f"""
+CREATE TABLE dispatches (
+    inbox_id integer NOT NULL,
+    seq bigint NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    mode text NOT NULL CHECK (mode IN {_among(DELIVERY_MODES)}),
+    state text NOT NULL DEFAULT 'sending' CHECK (state IN {_among(DISPATCH_STATES)}),
+    body text NOT NULL,
+    urgent boolean NOT NULL DEFAULT false,
+    claimed_at bigint NOT NULL,
+    deadline bigint NOT NULL,
+    tries bigint NOT NULL DEFAULT 1,
+    finished_at bigint,
+    error text,
+    PRIMARY KEY (inbox_id, seq),
+    UNIQUE (inbox_id, key)
+)""",
+    "CREATE INDEX dispatches_open ON dispatches (inbox_id, state, deadline)",
+    "CREATE INDEX dispatches_by_claim ON dispatches (inbox_id, state, claimed_at)",
+    """
+CREATE TABLE state_counts (
+    inbox_id integer NOT NULL,
+    tbl text NOT NULL,
+    state text NOT NULL,
+    slot integer NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (inbox_id, tbl, state, slot)
+)""",
+    *_count_triggers(),
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
