@@ -2,7 +2,7 @@
 
 A scenario is a TOML file of steps against a simulated clock (the format is
 described in docs/scenarios.md). :func:`run` replays one through the
-:class:`~agentbox.store.Store` on a fresh temporary database and records what
+:class:`~agentbox.store.Store` on a fresh throwaway inbox and records what
 each step observed next to what it expected. Its ``run`` and ``dispatch``
 steps go through the very :class:`~agentbox.worker.Worker` and
 :class:`~agentbox.dispatcher.Dispatcher` the commands use, with a scripted
@@ -14,7 +14,6 @@ step that differs.
 from __future__ import annotations
 
 import json
-import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from agentbox.rules.records import (
     Wait,
 )
 from agentbox.rules.timers import cron_due
-from agentbox.store import Store, open_store
+from agentbox.store import Store, scratch_store
 from agentbox.worker import Batch, Outcome, Worker
 
 DEFAULT_START = 1_000_000  # the article's simulated clock starts here
@@ -871,13 +870,13 @@ def _play(run: _Run, step: Step, origin: str) -> Result:
     return Result(step, run.now, observed, same(step.expect, observed))
 
 
-def run(scenario: Scenario) -> Report:
-    """Replay a scenario on a fresh temporary inbox; the report says what differed."""
-    with tempfile.TemporaryDirectory(prefix="agentbox-scenario-") as folder:
-        store = open_store(Path(folder) / "inbox.sqlite3", "scenario", synchronous="OFF")
-        try:
-            state = _Run(store, scenario.policy, scenario.start, scenario.start)
-            results = tuple(_play(state, step, scenario.origin) for step in scenario.steps)
-        finally:
-            store.close()
+def run(scenario: Scenario, database: str | None = None) -> Report:
+    """Replay a scenario on a fresh throwaway inbox; the report says what differed.
+
+    The inbox is a temporary SQLite file, or with a PostgreSQL URL in
+    ``database`` a temporary schema in that database, dropped afterwards.
+    """
+    with scratch_store(database, "scenario") as store:
+        state = _Run(store, scenario.policy, scenario.start, scenario.start)
+        results = tuple(_play(state, step, scenario.origin) for step in scenario.steps)
     return Report(scenario, results)

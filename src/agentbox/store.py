@@ -15,7 +15,8 @@ reads the clock.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from agentbox.rules.retention import Cutoffs
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+POSTGRES_EXTRA = "PostgreSQL support needs: pip install 'agentbox[postgres]'"
 
 
 class Waiter(Protocol):
@@ -351,7 +353,12 @@ def locate_inboxes(db: str | os.PathLike[str] | None = None) -> str:
 def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = "FULL",
                make_folders: bool = False, busy_timeout: float | None = None,
                create: bool = True) -> Store:
-    """Open the inbox of ``user`` at ``target`` (for SQLite, the file is the inbox).
+    """Open the inbox of ``user`` at ``target``.
+
+    For SQLite the file is the inbox (``user`` is not needed); a
+    ``postgresql://`` URL names a database (and schema) holding every user's
+    inbox. Without psycopg installed a URL is a usage error (exit 2) naming the
+    extra to install; a SQLite user never imports it.
 
     ``busy_timeout`` (seconds) bounds how long a write waits for the inbox's
     lock before :class:`~agentbox.errors.Busy`, for a caller that must answer
@@ -359,6 +366,10 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
     With ``create`` false a missing inbox raises :class:`~agentbox.errors.NoInbox`
     and nothing is made: what a command that only reads needs.
     """
+    if is_url(target):
+        with _postgres_driver():
+            from agentbox.backends.postgres.store import PostgresStore
+        return PostgresStore(str(target), user, synchronous=synchronous)
     from agentbox.backends.sqlite.store import SqliteStore
 
     store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders,
@@ -415,3 +426,38 @@ def empty_view(location: str) -> Store:
 
     return SqliteStore.empty(location)
 
+
+
+@contextmanager
+def _postgres_driver() -> Iterator[None]:
+    """Imports of the PostgreSQL backend: a missing psycopg is one line naming the extra."""
+    try:
+        yield
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "psycopg":
+            raise
+        from agentbox.errors import UsageError
+
+        raise UsageError(POSTGRES_EXTRA) from None
+
+
+@contextmanager
+def scratch_store(base: str | None = None, user: str = "scratch") -> Iterator[Store]:
+    """A fresh, empty inbox that is removed afterwards, with durability off.
+
+    By default a temporary SQLite file; given a PostgreSQL URL, a temporary
+    schema in that database (which needs the right to create one). The
+    scenario runner replays every scenario in one.
+    """
+    if base is not None and is_url(base):
+        with _postgres_driver():
+            from agentbox.backends.postgres.db import temporary_schema
+        with (temporary_schema(base, "agentbox_scratch") as url,
+              open_store(url, user, synchronous="OFF") as store):
+            yield store
+        return
+    import tempfile
+
+    with (tempfile.TemporaryDirectory(prefix="agentbox-scratch-") as folder,
+          open_store(os.path.join(folder, "inbox.sqlite3"), user, synchronous="OFF") as store):
+        yield store

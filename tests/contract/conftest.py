@@ -1,44 +1,55 @@
 """The ``backend`` fixture: one fresh, empty Store per test, for every backend.
 
-The suite in this folder speaks to :class:`agentbox.store.Store` only:
-no SQL, no file, no module of the SQLite engine. To plug in a new backend
-(PostgreSQL, say), write a factory that returns an empty store of that kind
-and add it to ``BACKENDS``::
-
-    def postgres(tmp_path: Path) -> Store:
-        dsn = os.environ.get("AGENTBOX_TEST_PG")
-        if not dsn:
-            pytest.skip("set AGENTBOX_TEST_PG to test the PostgreSQL backend")
-        return PostgresStore.fresh(dsn)   # a new schema per test
-
-    BACKENDS = {"sqlite": sqlite, "postgres": postgres}
-
-Every test then runs once per backend, with the same expectations. A factory
-called twice with the same ``tmp_path`` must open the same inbox (the ``twin``
-fixture is another process's view of it).
+The suite in this folder speaks to :class:`agentbox.store.Store` only: no
+SQL, no file, no module of a backend. Each entry of ``BACKENDS`` makes a
+fresh place for inboxes (a folder of SQLite files; a new PostgreSQL schema,
+dropped afterwards) and yields a function that opens the inbox of a user
+there: opening the same user twice gives two connections to one inbox, as
+two processes would have. Every test runs once per backend, with the same
+expectations; a backend whose server is missing is skipped (see
+tests/pgtools.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
-from agentbox.store import Store
+from agentbox.store import Store, open_store
+from pgtools import fresh_schema
+
+Opener = Callable[[str], Store]  # a user's name -> that user's inbox
 
 
-def sqlite(tmp_path: Path) -> Store:
-    return SqliteStore(tmp_path / "contract.sqlite3")
+@contextmanager
+def sqlite(tmp_path: Path) -> Iterator[Opener]:
+    """One file per user in the test's folder."""
+    yield lambda user: open_store(tmp_path / f"{user}.sqlite3", user)
 
 
-BACKENDS: dict[str, Callable[[Path], Store]] = {"sqlite": sqlite}
+@contextmanager
+def postgres(tmp_path: Path) -> Iterator[Opener]:
+    """Every user's inbox in one new schema of the test server."""
+    with fresh_schema() as url:
+        yield lambda user: open_store(url, user)
+
+
+BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Opener]]] = {
+    "sqlite": sqlite, "postgres": postgres}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    store = BACKENDS[request.param](tmp_path)
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    with BACKENDS[request.param](tmp_path) as opener:
+        yield opener
+
+
+@pytest.fixture
+def backend(place: Opener) -> Iterator[Store]:
+    store = place("alice")
     try:
         yield store
     finally:
@@ -46,11 +57,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture
-def other_backend(request: pytest.FixtureRequest, tmp_path: Path,
-                  backend: Store) -> Iterator[Store]:
-    """A second, separate store of the same kind as ``backend``."""
-    kind = request.node.callspec.params["backend"]
-    store = BACKENDS[kind](tmp_path / "other")
+def other_backend(place: Opener, backend: Store) -> Iterator[Store]:
+    """Another user's inbox beside ``backend`` (on PostgreSQL, in the same schema)."""
+    store = place("bob")
     try:
         yield store
     finally:
@@ -62,6 +71,16 @@ def twin(request: pytest.FixtureRequest, tmp_path: Path, backend: Store) -> Iter
     """A second connection to ``backend``'s own inbox, as another process would open it."""
     kind = request.node.callspec.params["backend"]
     store = BACKENDS[kind](tmp_path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def twin(place: Opener, backend: Store) -> Iterator[Store]:
+    """A second connection to ``backend``'s own inbox, as another process would open it."""
+    store = place("alice")
     try:
         yield store
     finally:
