@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
+from pgtools import SKIPPED, SKIPPED_AT
 from proctools import proc_env
 from watchtools import Watcher, start
 
@@ -95,3 +96,12 @@ def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]
     for watcher in started:
         if watcher.proc.poll() is None:
             watcher.kill()
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Every PostgreSQL skip reported at one place, so the summary folds them into one line."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and SKIPPED in str(longrepr[2]):
+        report.longrepr = (SKIPPED_AT, 1, longrepr[2])
+    return report

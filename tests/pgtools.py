@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from agentbox.backends.postgres.store import PostgresStore
+
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
-SKIPPED = "PostgreSQL tests skipped"  # every skip reason starts so; conftest counts them
+SKIPPED = "PostgreSQL tests skipped"  # every skip reason starts so
+SKIPPED_AT = "tests/pgtools.py"  # where the summary shows them, folded into one line
 
 
 @functools.cache
@@ -35,7 +40,7 @@ def _reach() -> tuple[str, str | None]:
         from agentbox.backends.postgres.db import parse
 
         first = (str(exc).strip().splitlines() or ["unreachable"])[0]
-        return url, f"no PostgreSQL server at {parse(url).location} ({first})"
+        return url, f"no PostgreSQL server at {parse(url).location} ({first.rsplit(': ', 1)[-1]})"
     return url, None
 
 
@@ -57,3 +62,39 @@ def fresh_schema() -> Iterator[str]:
 
     with temporary_schema(server_url(), "agentbox_test") as url:
         yield url
+
+
+def dump(store: PostgresStore) -> dict[str, object]:
+    """Every row of every table that belongs to the store's inbox (the schema's
+    migrations included), in one query: two equal dumps mean nothing changed."""
+    row = store.conn.execute(_dump_query(store), {"box": store.inbox_id or 0}).fetchone()
+    assert row is not None
+    return dict(row[0])
+
+
+def _dump_query(store: PostgresStore) -> str:
+    """One statement reading every table of the schema, each as a sorted JSON list."""
+    tables = store.conn.execute(
+        """SELECT c.relname, bool_or(a.attname = 'inbox_id') FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+           WHERE n.nspname = current_schema() AND c.relkind = 'r'
+           GROUP BY c.relname ORDER BY c.relname""").fetchall()
+    parts = []
+    for table, keyed in tables:
+        where = ("WHERE inbox_id = %(box)s" if keyed
+                 else "WHERE id = %(box)s" if table == "inboxes" else "")
+        parts.append(f"""'{table}', (SELECT COALESCE(json_agg(row_to_json(t)::text
+                                      ORDER BY row_to_json(t)::text), '[]')
+                                      FROM "{table}" t {where})""")
+    return f"SELECT json_build_object({', '.join(parts)})"
+
+
+def real_counts(store: PostgresStore, table: str, column: str,
+                states: Sequence[str]) -> dict[str, int]:
+    """Counts by state from a real GROUP BY over the inbox's rows, zero included."""
+    found = dict(store.conn.execute(
+        f"SELECT {column}, COUNT(*) FROM {table} WHERE inbox_id = %s GROUP BY {column}",
+        (store.inbox_id or 0,)).fetchall())
+    assert set(found) <= set(states), found
+    return {s: int(found.get(s, 0)) for s in states}

@@ -1,7 +1,8 @@
 """Random sequences of ingest, acquire, claim, finish, fail, crash, clock and replay.
 
-A small model of rules 1-4 runs beside a real SQLite store; after every step
-the store must agree with the model, and the invariants below must hold:
+A small model of rules 1-4 runs beside a real store, on SQLite and on
+PostgreSQL (a new inbox per example, in one schema per run); after every
+step the store must agree with the model, and the invariants below must hold:
 
 - each (source, source_id) is stored once and its first payload stands;
 - a finish or fail from a stale generation never succeeds, nor changes a byte;
@@ -12,11 +13,15 @@ the store must agree with the model, and the invariants below must hold:
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -26,8 +31,10 @@ from hypothesis.stateful import (
     rule,
 )
 
+import pgtools
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
+from agentbox.store import Store, open_store
 from engine.enginekit import EVENT_STATES, dump, real_counts
 
 T = 1_000_000
@@ -68,10 +75,11 @@ class WorkerModel:
 
 
 class EngineMachine(RuleBasedStateMachine):
+    """The machine on SQLite; :class:`PostgresMachine` swaps the store and how it is read."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
-        self.store = SqliteStore(Path(self.dir) / "inbox.sqlite3", synchronous="OFF")
+        self.store: Any = self.open_store()
         self.now = T
         self.policy = Policy()
         self.rows: dict[int, Row] = {}
@@ -82,9 +90,30 @@ class EngineMachine(RuleBasedStateMachine):
         self.highest_generation = 0
         self.ever_done: set[int] = set()
 
+    def open_store(self) -> Store:
+        self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
+        return SqliteStore(Path(self.dir) / "inbox.sqlite3", synchronous="OFF")
+
     def teardown(self) -> None:
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def dump(self) -> object:
+        """Every row the inbox holds: equal dumps mean nothing changed."""
+        return dump(self.store.conn)
+
+    def real_counts(self) -> dict[str, int]:
+        return real_counts(self.store.conn, "events", "status", EVENT_STATES)
+
+    def stored_rows(self) -> list[tuple[Any, ...]]:
+        return self.store.conn.execute(
+            """SELECT id, source, source_id, payload, status, attempts, claim_gen,
+                      available_at FROM events ORDER BY id""").fetchall()
+
+    def keys_stored_twice(self) -> int:
+        return int(self.store.conn.execute(
+            """SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY source, source_id
+               HAVING COUNT(*) > 1)""").fetchone()[0])
 
     # -- the model's reading of the rules --------------------------------------
 
@@ -103,12 +132,12 @@ class EngineMachine(RuleBasedStateMachine):
     def finish_expecting(self, w: WorkerModel, ids: list[int]) -> bool:
         """Finish ``ids`` under the worker's claim; a refusal must change nothing."""
         expected = self.fenced(w, ids)
-        before = None if expected else dump(self.store.conn)
+        before = None if expected else self.dump()
         got = self.store.finish(w.holder, w.claim_generation, self.now, ids)
         assert got == expected
         assert not (got and self.stale(w)), "a stale generation finished"
         if not got:
-            assert dump(self.store.conn) == before
+            assert self.dump() == before
         return got
 
     # -- rules -------------------------------------------------------------------
@@ -157,20 +186,20 @@ class EngineMachine(RuleBasedStateMachine):
     def release(self, name: str) -> None:
         w = self.workers[name]
         expected = self.holds(w.holder, w.generation)
-        before = None if expected else dump(self.store.conn)
+        before = None if expected else self.dump()
         assert self.store.release(w.holder, w.generation or 0, self.now) == expected
         if expected:
             self.lease = (w.holder, w.generation or 0, self.now, True)
         else:
-            assert dump(self.store.conn) == before
+            assert self.dump() == before
 
     @rule(name=st.sampled_from(WORKERS))
     def claim(self, name: str) -> None:
         w = self.workers[name]
         if not self.holds(w.holder, w.generation):
-            before = dump(self.store.conn)
+            before = self.dump()
             assert self.store.claim(w.holder, w.generation or 0, self.now, self.policy) is None
-            assert dump(self.store.conn) == before
+            assert self.dump() == before
             return
         gen = w.generation
         assert gen is not None
@@ -222,13 +251,13 @@ class EngineMachine(RuleBasedStateMachine):
     def fail(self, name: str) -> None:
         w = self.workers[name]
         expected = self.fenced(w, w.claimed)
-        before = None if expected else dump(self.store.conn)
+        before = None if expected else self.dump()
         got = self.store.fail(w.holder, w.claim_generation, self.now, w.claimed, "boom",
                               self.policy)
         assert got == expected
         assert not (got and self.stale(w)), "a stale generation failed its rows"
         if not got:
-            assert dump(self.store.conn) == before
+            assert self.dump() == before
             return
         for i in w.claimed:
             row = self.rows[i]
@@ -265,16 +294,11 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self) -> None:
-        found = self.store.conn.execute(
-            """SELECT id, source, source_id, payload, status, attempts, claim_gen,
-                      available_at FROM events ORDER BY id""").fetchall()
-        assert [Row(*r) for r in found] == [self.rows[i] for i in sorted(self.rows)]
+        assert [Row(*r) for r in self.stored_rows()] == [self.rows[i] for i in sorted(self.rows)]
 
     @invariant()
     def each_key_stored_once(self) -> None:
-        assert self.store.conn.execute(
-            """SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY source, source_id
-               HAVING COUNT(*) > 1)""").fetchone()[0] == 0
+        assert self.keys_stored_twice() == 0
 
     @invariant()
     def generations_never_decrease(self) -> None:
@@ -291,7 +315,7 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def every_event_in_exactly_one_state_and_counted(self) -> None:
         kept = self.store.status().events
-        assert kept == real_counts(self.store.conn, "events", "status", EVENT_STATES)
+        assert kept == self.real_counts()
         assert sum(kept.values()) == len(self.rows)
         model = {s: sum(r.status == s for r in self.rows.values()) for s in EVENT_STATES}
         assert kept == model
@@ -301,7 +325,56 @@ class EngineMachine(RuleBasedStateMachine):
         assert all(self.rows[i].status == "done" for i in self.ever_done)
 
 
+class PostgresMachine(EngineMachine):
+    """The same machine on PostgreSQL: a new user's inbox per example, all in one schema,
+    so every example also checks that inboxes sharing tables stay apart."""
+
+    url: ClassVar[str] = ""
+    users: ClassVar[Iterator[int]] = itertools.count()
+
+    def open_store(self) -> Store:
+        return open_store(self.url, f"machine-{next(self.users)}", synchronous="OFF")
+
+    def teardown(self) -> None:
+        self.store.close()
+
+    def dump(self) -> object:
+        return pgtools.dump(self.store)
+
+    def real_counts(self) -> dict[str, int]:
+        return pgtools.real_counts(self.store, "events", "status", EVENT_STATES)
+
+    def stored_rows(self) -> list[tuple[Any, ...]]:
+        return list(self.store.conn.execute(
+            """SELECT id, source, source_id, payload, status, attempts, claim_gen,
+                      available_at FROM events WHERE inbox_id = %s ORDER BY id""",
+            (self.store.inbox_id or 0,)).fetchall())
+
+    def keys_stored_twice(self) -> int:
+        return int(self.store.conn.execute(
+            """SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE inbox_id = %s
+               GROUP BY source, source_id HAVING COUNT(*) > 1) twice""",
+            (self.store.inbox_id or 0,)).fetchone()[0])
+
+
 EngineMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
+# Every step is a few network round trips on PostgreSQL: fewer examples, as long a run.
+PostgresMachine.TestCase.settings = settings(
+    EngineMachine.TestCase.settings, max_examples=100)
 test_engine_rules = EngineMachine.TestCase
+test_engine_rules_postgres = PostgresMachine.TestCase
+
+
+@pytest.fixture(scope="module")
+def postgres_schema() -> Iterator[str]:
+    with pgtools.fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def _postgres_place(request: pytest.FixtureRequest) -> None:
+    """Give the PostgreSQL machine its schema (or skip it when there is no server)."""
+    if request.cls is test_engine_rules_postgres:
+        PostgresMachine.url = request.getfixturevalue("postgres_schema")

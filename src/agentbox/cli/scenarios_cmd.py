@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from agentbox.cli.app import JsonFlag, app
+from agentbox.cli.app import JsonFlag, app, session
 
 if TYPE_CHECKING:
     from agentbox.scenario import Report, Scenario
@@ -70,13 +70,35 @@ def _table(report: "Report") -> None:
     render.line()
 
 
+def _database(flag: Optional[str], root_flag: Optional[str]) -> Optional[str]:  # noqa: UP045
+    """The PostgreSQL URL to replay on, or None for SQLite.
+
+    Only a flag selects it, never $AGENTBOX_DB or the setting: a replay makes
+    and drops a schema, which nobody should get without asking.
+    """
+    from agentbox.errors import UsageError
+    from agentbox.store import is_url
+
+    if flag is not None and not is_url(flag):
+        raise UsageError("scenarios --db takes a postgresql:// URL; without it they replay "
+                         "on a temporary SQLite file")
+    chosen = flag or root_flag
+    return chosen if chosen is not None and is_url(chosen) else None
+
+
 @app.command("scenarios")
 def scenarios(
+    ctx: typer.Context,
     names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045 - Typer needs Optional
         help="Shipped scenarios by number or name (4, 04, lease-takeover), or your own "
         ".toml files. Default: every shipped scenario.", show_default=False)] = None,
     list_only: Annotated[bool, typer.Option(
         "--list", help="Name the shipped scenarios and stop.")] = False,
+    database: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--db", metavar="URL",
+        help="Replay on PostgreSQL: a temporary schema in this postgresql:// database, "
+        "dropped afterwards (the global --db URL works too). Default: a temporary SQLite "
+        "file.", show_default=False)] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay failure scenarios on a throwaway inbox and compare every step with its figure.
@@ -92,8 +114,9 @@ def scenarios(
     if list_only:
         _listing(as_json)
         return
+    target = _database(database, session(ctx).db_flag)
     loaded = load_all(names or [])
-    reports = [run(scenario) for scenario in loaded]
+    reports = [run(scenario, target) for scenario in loaded]
     failed = sum(r.failed for r in reports)
     if as_json:
         render.document({

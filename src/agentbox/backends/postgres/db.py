@@ -97,7 +97,7 @@ def translate(exc: psycopg.Error, where: str) -> Exception:
     if state == "22003":
         return BadInput(f"{where}: a number is out of range (the largest is 2**63 - 1)")
     if state.startswith("08") or (not state and isinstance(exc, psycopg.OperationalError)):
-        return DatabaseError(f"{where}: cannot reach PostgreSQL: {_reason(first)}")
+        return DatabaseError(f"{where}: cannot connect to PostgreSQL: {_reason(first)}")
     if state.startswith("57P"):
         return DatabaseError(f"{where}: the server ended the session: {first}")
     if state == "53100":

@@ -59,6 +59,11 @@ class PostgresStore:
             self.conn.close()
             raise db.translate(exc, self.location) from None
 
+    @property
+    def inbox_id(self) -> int | None:
+        """The id of this user's ``inboxes`` row; None until its first write."""
+        return self._box
+
     def _reading(self) -> int:
         """The inbox row to read, looked up again while there is none."""
         if self._box is None:
