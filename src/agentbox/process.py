@@ -246,8 +246,12 @@ class _StderrLines:
                 self._relay.flush()
 
     def tail(self) -> str:
-        """The kept lines; a last line longer than the bound alone keeps its end, marked."""
-        data = b"\n".join(self._lines)
+        """The kept lines; a last line longer than the bound alone keeps its end, marked.
+
+        Text for people and for the history: a NUL byte (which PostgreSQL cannot
+        store) shows as the replacement character, like a byte that does not decode.
+        """
+        data = b"\n".join(self._lines).replace(b"\x00", b"\xff")
         if len(data) <= self._keep:
             return data.decode("utf-8", "replace")
         end = data[-self._keep:].lstrip(bytes(range(0x80, 0xC0)))  # from a whole character

@@ -57,6 +57,8 @@ class Answer:
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise BadInput(f"{what} must be a non-empty string, not {type_name(value)}")
+    if "\x00" in value:  # no backend need store it, and no channel wants it
+        raise BadInput(f"{what} contains a NUL character")
     return value
 
 
