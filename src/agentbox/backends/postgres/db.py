@@ -7,22 +7,23 @@ each migration in one transaction with its record, so any number of
 processes may open a new database at once. A schema from a newer agentbox is
 refused before anything is written to it.
 
-Writes run in :func:`write`: one transaction, its statements pipelined, so a
-transaction costs one round trip per read its decisions need plus one for the
-writes and the COMMIT.
+Writes run in a :class:`Tx`: its first read carries the BEGIN and its writes
+go out with the COMMIT, so a transaction costs one round trip per read its
+decisions need, plus one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 
 from agentbox.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from agentbox.errors import BadInput, Busy, DatabaseError, UsageError
@@ -40,6 +41,8 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # SQLSTATEs a retry can cure: lock_timeout, serialization and deadlock
 # failures, too many connections, a server starting up or shutting down.
 _TRANSIENT = {"55P03", "40001", "40P01", "53300", "57P03"}
+IDLE = TransactionStatus.IDLE
+Params = Sequence[Any] | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -243,15 +246,76 @@ def _version_in_transaction(conn: psycopg.Connection[Any], target: Target) -> in
     return int(version[0]) if version else 0
 
 
-@contextmanager
-def write(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    """One transaction with its statements pipelined: COMMIT on success, else ROLLBACK.
+class Box:
+    """One inbox as the modules see it: the connection and the ``inboxes`` row id.
 
-    A statement's result is waited for only when it is read; the rest go out
-    together with the COMMIT.
+    Outside a transaction each statement is its own (the session is in
+    autocommit mode).
     """
-    with conn.pipeline(), conn.transaction():
-        yield conn
+
+    def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
+        self.conn = conn
+        self.id = box_id
+
+    def read(self, query: str, params: Params = ()) -> psycopg.Cursor[Any]:
+        return self.conn.execute(query, params)
+
+
+class Tx(Box):
+    """One transaction on one inbox; see :func:`transaction`.
+
+    Reads go out at once, with every write queued before them in the same
+    message; writes wait, and go out with the COMMIT. Every message is a
+    whole request, so whenever this process stops (SIGSTOP, a frozen
+    container) its session is idle in a transaction, the state in which the
+    server ends it after ``IDLE_IN_TRANSACTION_S`` and frees its locks.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
+        super().__init__(conn, box_id)
+        self._queued: list[str] = ["BEGIN"]
+        self._bind = psycopg.ClientCursor(conn)
+
+    def read(self, query: str, params: Params = ()) -> psycopg.Cursor[Any]:
+        if not self._queued:
+            return self.conn.execute(query, params)
+        cursor = self.conn.execute(self._batch(self._bind.mogrify(query, params)))
+        while cursor.nextset():  # the read is the last statement of the batch
+            pass
+        return cursor
+
+    def write(self, query: str, params: Params = ()) -> None:
+        """Queue a statement whose answer nobody reads."""
+        self._queued.append(self._bind.mogrify(query, params))
+
+    def _batch(self, last: str) -> str:
+        batch = ";\n".join([*self._queued, last])
+        self._queued.clear()
+        return batch
+
+    def commit(self) -> None:
+        self.conn.execute(self._batch("COMMIT"))
+
+    def rollback(self) -> None:
+        if self._queued[:1] == ["BEGIN"]:  # nothing was sent: nothing to undo
+            self._queued.clear()
+            return
+        self._queued.clear()
+        if not self.conn.closed and self.conn.info.transaction_status != IDLE:
+            self.conn.execute("ROLLBACK")
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any], box_id: int) -> Iterator[Tx]:
+    """A :class:`Tx`: COMMIT when the block ends, ROLLBACK when anything escapes it."""
+    tx = Tx(conn, box_id)
+    try:
+        yield tx
+        tx.commit()
+    except BaseException:
+        with suppress(psycopg.Error):
+            tx.rollback()
+        raise
 
 
 def find_inbox(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -275,19 +339,19 @@ def create_inbox(conn: psycopg.Connection[Any], name: str) -> int:
     return found
 
 
-def instance_id(conn: psycopg.Connection[Any], box: int) -> str:
-    row = conn.execute("SELECT instance FROM inboxes WHERE id = %s", (box,)).fetchone()
+def instance_id(box: Box) -> str:
+    row = box.read("SELECT instance FROM inboxes WHERE id = %s", (box.id,)).fetchone()
     assert row is not None
     return str(row[0])
 
 
-def state_counts(conn: psycopg.Connection[Any], box: int) -> dict[str, dict[str, int]]:
+def state_counts(box: Box) -> dict[str, dict[str, int]]:
     """Rows per state of every counted table, every state present, from the kept tallies."""
     from agentbox.backends.postgres.schema import COUNTED
 
     found: dict[tuple[str, str], int] = {
-        (str(t), str(s)): int(n) for t, s, n in conn.execute(
+        (str(t), str(s)): int(n) for t, s, n in box.read(
             """SELECT tbl, state, SUM(n) FROM state_counts WHERE inbox_id = %s
-               GROUP BY tbl, state""", (box,)).fetchall()}
+               GROUP BY tbl, state""", (box.id,)).fetchall()}
     return {table: {state: found.get((table, state), 0) for state in states}
             for table, (_, states) in COUNTED.items()}

@@ -9,38 +9,36 @@ one write, and a million events cost a million fewer history rows.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from psycopg import Connection
-
+from agentbox.backends.postgres.db import Box, Tx
 from agentbox.rules.records import Entry
 
-_INSERT = """INSERT INTO history (inbox_id, at, subject, subject_id, action, generation, detail)
-             VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+_INSERT = "INSERT INTO history (inbox_id, at, subject, subject_id, action, generation, detail)"
 
 
-def record(conn: Connection[Any], box: int, now: int, subject: str, subject_id: object,
-           action: str, generation: int | None = None, detail: str | None = None) -> None:
-    conn.execute(_INSERT, (box, now, subject, str(subject_id), action, generation, detail))
+def record(tx: Tx, now: int, subject: str, subject_id: object, action: str,
+           generation: int | None = None, detail: str | None = None) -> None:
+    record_many(tx, now, subject, action, [(subject_id, generation, detail)])
 
 
-def record_many(conn: Connection[Any], box: int, now: int, subject: str, action: str,
+def record_many(tx: Tx, now: int, subject: str, action: str,
                 entries: Iterable[tuple[object, int | None, str | None]]) -> None:
     """Record one action for many subjects: (subject_id, generation, detail) each."""
-    rows = [(box, now, subject, str(i), action, generation, detail)
+    rows = [(tx.id, now, subject, str(i), action, generation, detail)
             for i, generation, detail in entries]
     if rows:
-        conn.cursor().executemany(_INSERT, rows)
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        tx.write(f"{_INSERT} VALUES {values}", [v for row in rows for v in row])
 
 
-def event_story(conn: Connection[Any], box: int, event_id: int) -> list[Entry]:
+def event_story(box: Box, event_id: int) -> list[Entry]:
     """An event's story: its ``stored`` line, then what its history rows say."""
-    rows = conn.execute(
+    rows = box.read(
         """SELECT created_at, 'stored', NULL::bigint, NULL::text, 0::bigint AS n
-           FROM events WHERE inbox_id = %(inbox)s AND id = %(id)s
+           FROM events WHERE inbox_id = %(box)s AND id = %(id)s
            UNION ALL
            SELECT at, action, generation, detail, id FROM history
-           WHERE inbox_id = %(inbox)s AND subject = 'event' AND subject_id = %(key)s
-           ORDER BY n""", {"inbox": box, "id": event_id, "key": str(event_id)}).fetchall()
+           WHERE inbox_id = %(box)s AND subject = 'event' AND subject_id = %(key)s
+           ORDER BY n""", {"box": box.id, "id": event_id, "key": str(event_id)}).fetchall()
     return [Entry(at, "event", str(event_id), action, generation, detail)
             for at, action, generation, detail, _ in rows]

@@ -1,6 +1,6 @@
-"""The events of one box: ingest once, look up, replay.
+"""The events of one inbox: ingest once, look up, replay.
 
-Ingest takes no box lock: a UNIQUE (inbox_id, source, source_id) key
+Ingest takes no inbox lock: a UNIQUE (inbox_id, source, source_id) key
 refuses the second copy, and one statement stores the event, counts it and
 reads back the standing copy when there was one, so two hosts ingesting the
 same delivery at once get one ``stored`` and one ``duplicate``. What a run
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from psycopg import Connection, Cursor
+from psycopg import Connection
 
 from agentbox.backends import INGEST_CHUNK, checked_chunks
 from agentbox.backends.postgres import history
-from agentbox.backends.postgres.db import write
+from agentbox.backends.postgres.db import Box, Tx, transaction
 from agentbox.backends.postgres.lease import locked
 from agentbox.backends.postgres.schema import INGEST_SLOT
 from agentbox.errors import Busy
@@ -28,48 +28,53 @@ _RACE_RETRIES = 3
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
            "error, created_at, updated_at")
 
-# Stores the event and counts it, or (when the key is taken) reads back the
-# standing copy: (id, stored?, same payload?). The read-back sees only what
-# was committed when the statement began, so a copy committed by another
-# session while this INSERT waited for it comes back as no row at all.
-_STORE = f"""
-WITH stored AS (
+# Stores events and counts them: (id, source, source_id) of each row stored.
+_INSERT = f"""
+stored AS (
     INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
-    VALUES (%(inbox)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s)
+    SELECT %(box)s, source, source_id, payload, %(now)s, %(now)s FROM items ORDER BY n
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
-    RETURNING id),
+    RETURNING id, source, source_id),
 counted AS (
     INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
-    SELECT %(inbox)s, 'events', 'pending', {INGEST_SLOT}, 1 FROM stored
-    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + 1)
+    SELECT %(box)s, 'events', 'pending', {INGEST_SLOT}, COUNT(*) FROM stored
+    HAVING COUNT(*) > 0
+    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n)"""
+
+# One event: stored, or (when the key is taken) the standing copy read back:
+# (id, stored?, same payload?). The read-back sees only what was committed
+# when the statement began, so a copy committed by another session while this
+# INSERT waited for it comes back as no row at all.
+_STORE = f"""
+WITH items AS (SELECT %(source)s::text AS source, %(source_id)s::text AS source_id,
+                      %(payload)s::text AS payload, 1 AS n),
+{_INSERT}
 SELECT id, true, true FROM stored
 UNION ALL
 SELECT id, false, payload = %(payload)s FROM events
-WHERE inbox_id = %(inbox)s AND source = %(source)s AND source_id = %(source_id)s
+WHERE inbox_id = %(box)s AND source = %(source)s AND source_id = %(source_id)s
   AND NOT EXISTS (SELECT FROM stored)"""
 
 _STANDING = """SELECT id, false, payload = %(payload)s FROM events
-               WHERE inbox_id = %(inbox)s AND source = %(source)s AND source_id = %(source_id)s"""
+               WHERE inbox_id = %(box)s AND source = %(source)s AND source_id = %(source_id)s"""
 
 
-def _send(conn: Connection[Any], box: int, source: str, source_id: str, payload: str,
-          now: int) -> Cursor[Any]:
-    return conn.execute(_STORE, {"inbox": box, "source": source, "source_id": source_id,
-                                 "payload": payload, "now": now})
+def store_in(box: Box, source: str, source_id: str, payload: str, now: int,
+             record_conflict: bool = True) -> IngestResult:
+    """Store an event: its own statement, or one read inside the caller's transaction.
 
-
-def _result(conn: Connection[Any], box: int, sent: Cursor[Any], source: str,
-            source_id: str, payload: str, now: int, record_conflict: bool) -> IngestResult:
-    """Read what :func:`_send` found; record a conflict in the event's story."""
-    args = {"inbox": box, "source": source, "source_id": source_id, "payload": payload,
+    A conflict is recorded in the event's story (in the caller's transaction
+    when there is one).
+    """
+    args = {"box": box.id, "source": source, "source_id": source_id, "payload": payload,
             "now": now}
-    row = sent.fetchone()
+    row = box.read(_STORE, args).fetchone()
     for _ in range(_RACE_RETRIES):
         if row is not None:
             break
         # Another session stored this key while we waited: read its copy (or,
         # if it is gone again, store ours).
-        row = conn.execute(_STANDING, args).fetchone() or conn.execute(_STORE, args).fetchone()
+        row = box.read(_STANDING, args).fetchone() or box.read(_STORE, args).fetchone()
     if row is None:
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
     event_id, stored, same = int(row[0]), bool(row[1]), bool(row[2])
@@ -78,88 +83,125 @@ def _result(conn: Connection[Any], box: int, sent: Cursor[Any], source: str,
     if same:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
-        history.record(conn, box, now, "event", event_id, "conflict",
-                       detail=conflict_detail(payload))
+        _record_conflicts(box, now, [(event_id, payload)])
     return IngestResult("conflict", event_id, source, source_id)
 
 
-def store_in(conn: Connection[Any], box: int, source: str, source_id: str, payload: str,
-             now: int, record_conflict: bool = True) -> IngestResult:
-    """Store an event inside the caller's transaction (or as its own statement)."""
-    sent = _send(conn, box, source, source_id, payload, now)
-    return _result(conn, box, sent, source, source_id, payload, now, record_conflict)
+def _record_conflicts(box: Box, now: int, conflicts: list[tuple[int, str]]) -> None:
+    """The refusals in the stories of the events that stand; a statement of its own
+    unless the caller is in a transaction."""
+    entries = [(event_id, None, conflict_detail(payload)) for event_id, payload in conflicts]
+    if isinstance(box, Tx):
+        history.record_many(box, now, "event", "conflict", entries)
+        return
+    with transaction(box.conn, box.id) as tx:
+        history.record_many(tx, now, "event", "conflict", entries)
 
 
-def ingest(conn: Connection[Any], box: int, source: str, source_id: str, payload: str,
+def ingest(conn: Connection[Any], box_id: int, source: str, source_id: str, payload: str,
            now: int) -> IngestResult:
-    """Store one event whose payload is already canonical JSON, in one round trip."""
+    """Store one event whose payload is already canonical JSON: one round trip."""
     check_key(source, source_id)
-    return store_in(conn, box, source, source_id, payload, now)
+    return store_in(Box(conn, box_id), source, source_id, payload, now)
 
 
-def ingest_many(conn: Connection[Any], box: int, items: Iterable[tuple[str, str, str]],
+def ingest_many(conn: Connection[Any], box_id: int, items: Iterable[tuple[str, str, str]],
                 now: int, chunk: int = INGEST_CHUNK) -> list[IngestResult]:
-    """Store many events, ``chunk`` per transaction, in order.
+    """Store many events, in order: one statement stores each chunk of ``chunk``.
 
-    A chunk's statements go out together; their answers are read afterwards.
+    A second reads back the standing copy of every key that was taken (by an
+    earlier line of the chunk, or before), to tell a duplicate from a conflict.
     """
+    box = Box(conn, box_id)
     results: list[IngestResult] = []
     for batch in checked_chunks(items, chunk):
-        with write(conn):
-            sent = [_send(conn, box, s, i, p, now) for s, i, p in batch]
-            results.extend(_result(conn, box, c, s, i, p, now, True)
-                           for c, (s, i, p) in zip(sent, batch, strict=True))
+        results.extend(_store_chunk(box, batch, now))
     return results
 
 
-def events_where(conn: Connection[Any], box: int, where: str,
-                 params: Sequence[object] = ()) -> list[Event]:
-    rows = conn.execute(f"SELECT {COLUMNS} FROM events WHERE inbox_id = %s AND {where}",
-                        (box, *params)).fetchall()
+def _store_chunk(box: Box, batch: list[tuple[str, str, str]], now: int) -> list[IngestResult]:
+    stored = {(str(s), str(i)): int(event_id) for event_id, s, i in box.read(
+        f"""WITH items AS (SELECT * FROM unnest(%(sources)s::text[], %(ids)s::text[],
+                                               %(payloads)s::text[]) WITH ORDINALITY
+                           AS i (source, source_id, payload, n)),
+            {_INSERT} SELECT id, source, source_id FROM stored""",
+        {"sources": [s for s, _, _ in batch], "ids": [i for _, i, _ in batch],
+         "payloads": [p for _, _, p in batch], "box": box.id, "now": now}).fetchall()}
+    first = {key: n for n, key in reversed(list(enumerate((s, i) for s, i, _ in batch)))
+             if key in stored}  # the line of the chunk that stored each key
+    taken = [(n, item) for n, item in enumerate(batch) if first.get(item[:2]) != n]
+    standing = {int(n): (int(event_id), bool(same)) for n, event_id, same in box.read(
+        """SELECT i.n, e.id, e.payload = i.payload
+           FROM unnest(%(ns)s::int[], %(sources)s::text[], %(ids)s::text[],
+                       %(payloads)s::text[]) AS i (n, source, source_id, payload)
+           JOIN events e ON e.inbox_id = %(box)s AND e.source = i.source
+                        AND e.source_id = i.source_id""",
+        {"ns": [n for n, _ in taken], "sources": [s for _, (s, _, _) in taken],
+         "ids": [i for _, (_, i, _) in taken], "payloads": [p for _, (_, _, p) in taken],
+         "box": box.id}).fetchall()} if taken else {}
+    results: list[IngestResult] = []
+    conflicts: list[tuple[int, str]] = []
+    for n, (source, source_id, payload) in enumerate(batch):
+        if first.get((source, source_id)) == n:
+            results.append(IngestResult("stored", stored[source, source_id], source,
+                                        source_id))
+        elif n not in standing:  # gone again since (pruned): this line stores it anew
+            results.append(store_in(box, source, source_id, payload, now))
+        else:
+            event_id, same = standing[n]
+            results.append(IngestResult("duplicate" if same else "conflict", event_id,
+                                        source, source_id))
+            if not same:
+                conflicts.append((event_id, payload))
+    if conflicts:
+        _record_conflicts(box, now, conflicts)
+    return results
+
+
+def events_where(box: Box, where: str, params: Sequence[object] = ()) -> list[Event]:
+    rows = box.read(f"SELECT {COLUMNS} FROM events WHERE inbox_id = %s AND {where}",
+                    (box.id, *params)).fetchall()
     return [Event(*row) for row in rows]
 
 
-def get(conn: Connection[Any], box: int, event_id: int) -> Event | None:
-    found = events_where(conn, box, "id = %s", (event_id,))
+def get(box: Box, event_id: int) -> Event | None:
+    found = events_where(box, "id = %s", (event_id,))
     return found[0] if found else None
 
 
-def find(conn: Connection[Any], box: int, source: str, source_id: str) -> Event | None:
-    found = events_where(conn, box, "source = %s AND source_id = %s", (source, source_id))
+def find(box: Box, source: str, source_id: str) -> Event | None:
+    found = events_where(box, "source = %s AND source_id = %s", (source, source_id))
     return found[0] if found else None
 
 
-def with_key_prefix(conn: Connection[Any], box: int, source: str,
-                    prefix: str) -> list[Event]:
+def with_key_prefix(box: Box, source: str, prefix: str) -> list[Event]:
     """Events of ``source`` whose source_id starts with ``prefix``, oldest first.
 
     A range on the (inbox_id, source, source_id) key, whose columns compare in
     code point order (``COLLATE "C"``), so it reads only the matching rows.
     """
-    return events_where(conn, box,
-                        "source = %s AND source_id >= %s AND source_id < %s ORDER BY id",
+    return events_where(box, "source = %s AND source_id >= %s AND source_id < %s ORDER BY id",
                         (source, prefix, prefix_bound(prefix)))
 
 
-def dead(conn: Connection[Any], box: int, limit: int | None = None) -> list[Event]:
-    return events_where(conn, box, "status = 'dead' ORDER BY id LIMIT %s", (limit,))
+def dead(box: Box, limit: int | None = None) -> list[Event]:
+    return events_where(box, "status = 'dead' ORDER BY id LIMIT %s", (limit,))
 
 
-def replay(conn: Connection[Any], box: int, ids: Sequence[int] | None,
+def replay(conn: Connection[Any], box_id: int, ids: Sequence[int] | None,
            now: int) -> list[int]:
     """Dead events back to pending with attempts reset; same key, no new row.
 
     ``ids=None`` replays every dead event. Returns the ids replayed; ids that
     are not dead are left alone (the caller reports them).
     """
-    with locked(conn, box):
+    with locked(conn, box_id) as (tx, _):
         chosen = "" if ids is None else "AND id = ANY(%s)"
-        params: list[object] = [now, box] + ([] if ids is None else [list(ids)])
-        replayed = sorted(int(r[0]) for r in conn.execute(
+        params: list[object] = [now, box_id] + ([] if ids is None else [list(ids)])
+        replayed = sorted(int(r[0]) for r in tx.read(
             f"""UPDATE events SET status = 'pending', attempts = 0, available_at = 0,
                     claim_gen = NULL, error = NULL, updated_at = %s
                 WHERE inbox_id = %s AND status = 'dead' {chosen} RETURNING id""",
             params).fetchall())
-        history.record_many(conn, box, now, "event", "replayed",
-                            ((i, None, None) for i in replayed))
+        history.record_many(tx, now, "event", "replayed", ((i, None, None) for i in replayed))
         return replayed

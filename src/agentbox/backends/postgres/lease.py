@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg import Connection
 
-from agentbox.backends.postgres.db import write
+from agentbox.backends.postgres.db import Box, Tx, transaction
 from agentbox.rules import lease as rules
 from agentbox.rules.records import Lease
 
@@ -28,53 +28,52 @@ def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     return Lease(str(row[0]), int(row[1]), int(row[2]))
 
 
-def current(conn: Connection[Any], box: int) -> Lease | None:
-    return _lease(conn.execute(f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s",
-                               (box,)).fetchone())
-
-
-def lock(conn: Connection[Any], box: int) -> Lease | None:
-    """Take the inbox lock for the rest of the transaction; the lease as it then stands."""
-    return _lease(conn.execute(
-        f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s FOR NO KEY UPDATE",
-        (box,)).fetchone())
+def current(box: Box) -> Lease | None:
+    return _lease(box.read(f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s",
+                           (box.id,)).fetchone())
 
 
 @contextmanager
-def locked(conn: Connection[Any], box: int) -> Iterator[Lease | None]:
-    """A write transaction holding the inbox lock; yields the lease under it."""
-    with write(conn):
-        yield lock(conn, box)
+def locked(conn: Connection[Any], box_id: int) -> Iterator[tuple[Tx, Lease | None]]:
+    """A transaction holding the inbox lock: (the transaction, the lease under the lock).
+
+    The lock is the transaction's first statement, sent with its BEGIN.
+    """
+    with transaction(conn, box_id) as tx:
+        yield tx, _lease(tx.read(
+            f"SELECT {_COLUMNS} FROM inboxes WHERE id = %s FOR NO KEY UPDATE",
+            (box_id,)).fetchone())
 
 
-def _set(conn: Connection[Any], box: int, lease: Lease) -> None:
-    conn.execute(f"UPDATE inboxes SET ({_COLUMNS}) = (%s, %s, %s) WHERE id = %s",
-                 (*lease, box))
+def _set(tx: Tx, lease: Lease) -> None:
+    tx.write(f"UPDATE inboxes SET ({_COLUMNS}) = (%s, %s, %s) WHERE id = %s", (*lease, tx.id))
 
 
-def acquire(conn: Connection[Any], box: int, holder: str, now: int, ttl: int) -> int | None:
+def acquire(conn: Connection[Any], box_id: int, holder: str, now: int,
+            ttl: int) -> int | None:
     """Take or renew the lease; the generation, or None while another holds it."""
-    with locked(conn, box) as lease:
+    with locked(conn, box_id) as (tx, lease):
         generation = rules.next_generation(lease, holder, now)
         if generation is not None:
-            _set(conn, box, Lease(holder, generation, now + ttl))
+            _set(tx, Lease(holder, generation, now + ttl))
         return generation
 
 
-def renew(conn: Connection[Any], box: int, holder: str, generation: int, now: int,
+def renew(conn: Connection[Any], box_id: int, holder: str, generation: int, now: int,
           ttl: int) -> bool:
     """Extend a lease this worker still holds; False once it has lapsed or moved on."""
-    with locked(conn, box) as lease:
+    with locked(conn, box_id) as (tx, lease):
         if not rules.holds(lease, holder, generation, now):
             return False
-        _set(conn, box, Lease(holder, generation, now + ttl))
+        _set(tx, Lease(holder, generation, now + ttl))
         return True
 
 
-def release(conn: Connection[Any], box: int, holder: str, generation: int, now: int) -> bool:
+def release(conn: Connection[Any], box_id: int, holder: str, generation: int,
+            now: int) -> bool:
     """End this worker's lease now, so the next tick need not wait out the TTL."""
-    with locked(conn, box) as lease:
+    with locked(conn, box_id) as (tx, lease):
         if not rules.holds(lease, holder, generation, now):
             return False
-        _set(conn, box, Lease(holder, generation, rules.released_until(now)))
+        _set(tx, Lease(holder, generation, rules.released_until(now)))
         return True

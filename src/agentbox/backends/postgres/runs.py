@@ -1,8 +1,8 @@
-"""A run's transitions in one box: claim a batch, finish or fail behind the fence.
+"""A run's transitions in one inbox: claim a batch, finish or fail behind the fence.
 
 Which events a run claims and when a failure is final are decided in
 :mod:`agentbox.rules.inbox`; this module reads what those rules need and
-applies their decision inside one transaction holding the box lock, after
+applies their decision inside one transaction holding the inbox lock, after
 checking the lease fence read by the statement that took the lock.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from psycopg import Connection, Cursor
+from psycopg import Connection
 
 from agentbox.backends.postgres import approvals, history, outbox, timers
+from agentbox.backends.postgres.db import Tx
 from agentbox.backends.postgres.inbox import COLUMNS
 from agentbox.backends.postgres.lease import locked
 from agentbox.rules import inbox as rules
@@ -24,98 +25,92 @@ from agentbox.rules.records import Event, Lease
 if TYPE_CHECKING:
     from agentbox.rules.policy import Policy
 
+_EXHAUSTED = """SELECT 'exhausted', id, attempts, claim_gen, error FROM events
+                WHERE inbox_id = %(box)s AND status = 'pending' AND attempts >= %(max)s"""
+_READY = """(SELECT 'retry', id, attempts, claim_gen, error FROM events
+             WHERE inbox_id = %(box)s AND status = 'pending' AND attempts > 0
+               AND available_at <= %(now)s ORDER BY id LIMIT 1)
+            UNION ALL
+            (SELECT 'fresh', id, attempts, claim_gen, error FROM events
+             WHERE inbox_id = %(box)s AND status = 'pending' AND available_at <= %(now)s
+             ORDER BY id LIMIT %(batch)s)"""
+# Rows still running under an older generation lost their worker; with them,
+# what the next steps look at, so that a claim with nothing to clean up reads once.
+_CANDIDATES = f"""SELECT 'abandoned', id, attempts, claim_gen, error FROM events
+                  WHERE inbox_id = %(box)s AND status = 'running' AND claim_gen < %(gen)s
+                  UNION ALL {_EXHAUSTED} UNION ALL {_READY}"""
 
-def _abandoned(conn: Connection[Any], box: int, generation: int) -> Cursor[Any]:
-    """Rows still running under an older generation: their worker is gone."""
-    return conn.execute("""SELECT id, attempts, claim_gen FROM events
-                           WHERE inbox_id = %s AND status = 'running' AND claim_gen < %s""",
-                        (box, generation))
-
-
-def _exhausted(conn: Connection[Any], box: int, policy: Policy) -> Cursor[Any]:
-    return conn.execute("""SELECT id, attempts, error FROM events
-                           WHERE inbox_id = %s AND status = 'pending' AND attempts >= %s""",
-                        (box, policy.max_attempts))
-
-
-def _ready(conn: Connection[Any], box: int, now: int, policy: Policy) -> Cursor[Any]:
-    """The oldest available retry, then the oldest available rows: (retry?, id, attempts)."""
-    return conn.execute(
-        """(SELECT true, id, attempts FROM events
-            WHERE inbox_id = %(inbox)s AND status = 'pending' AND attempts > 0
-              AND available_at <= %(now)s ORDER BY id LIMIT 1)
-           UNION ALL
-           (SELECT false, id, attempts FROM events
-            WHERE inbox_id = %(inbox)s AND status = 'pending' AND available_at <= %(now)s
-            ORDER BY id LIMIT %(batch)s)""",
-        {"inbox": box, "now": now, "batch": policy.max_batch})
+Rows = dict[str, list[tuple[int, int, int | None, str | None]]]
 
 
-def _requeue(conn: Connection[Any], box: int, rows: list[tuple[Any, ...]], now: int,
+def _read(tx: Tx, query: str, args: dict[str, object]) -> Rows:
+    """Candidate rows by kind: (id, attempts, claim_gen, error) each, oldest first."""
+    found: Rows = {"abandoned": [], "exhausted": [], "retry": [], "fresh": []}
+    for kind, *row in tx.read(query, args).fetchall():
+        found[kind].append(tuple(row))
+    return found
+
+
+def _requeue(tx: Tx, rows: list[tuple[int, int, int | None, str | None]], now: int,
              policy: Policy) -> None:
     """Abandoned rows go back to pending, retried after the backoff."""
-    moves = [(i, a, old, *rules.abandoned(old, a, now, policy)) for i, a, old in rows]
-    conn.cursor().executemany(
-        """UPDATE events SET status = 'pending', available_at = %s, updated_at = %s, error = %s
-           WHERE inbox_id = %s AND id = %s""",
-        [(available_at, now, error, box, i) for i, _, _, available_at, error in moves])
-    history.record_many(conn, box, now, "event", "abandoned",
-                        ((i, old, f"attempt {a} never finished") for i, a, old, _, _ in moves))
+    for event_id, attempts, old, _ in rows:
+        available_at, error = rules.abandoned(old, attempts, now, policy)
+        tx.write("""UPDATE events SET status = 'pending', available_at = %s, updated_at = %s,
+                        error = %s WHERE inbox_id = %s AND id = %s""",
+                 (available_at, now, error, tx.id, event_id))
+    history.record_many(tx, now, "event", "abandoned",
+                        ((i, old, f"attempt {a} never finished") for i, a, old, _ in rows))
 
 
-def _bury(conn: Connection[Any], box: int, rows: list[tuple[Any, ...]], now: int,
+def _bury(tx: Tx, rows: list[tuple[int, int, int | None, str | None]], now: int,
           policy: Policy) -> None:
     """Pending rows out of attempts go dead (the threshold is the rule's)."""
-    exhausted = [(i, a, e) for i, a, e in rows if rules.out_of_attempts(a, policy)]
-    conn.cursor().executemany(
-        "UPDATE events SET status = 'dead', updated_at = %s, error = %s "
-        "WHERE inbox_id = %s AND id = %s",
-        [(now, rules.exhausted(a, e), box, i) for i, a, e in exhausted])
+    exhausted = [(i, a, e) for i, a, _, e in rows if rules.out_of_attempts(a, policy)]
+    for event_id, attempts, error in exhausted:
+        tx.write("""UPDATE events SET status = 'dead', updated_at = %s, error = %s
+                    WHERE inbox_id = %s AND id = %s""",
+                 (now, rules.exhausted(attempts, error), tx.id, event_id))
     reason = rules.exhausted_reason(policy)
-    history.record_many(conn, box, now, "event", "dead",
-                        ((i, None, reason) for i, _, _ in exhausted))
+    history.record_many(tx, now, "event", "dead", ((i, None, reason) for i, _, _ in exhausted))
 
 
-def claim(conn: Connection[Any], box: int, holder: str, generation: int, now: int,
+def claim(conn: Connection[Any], box_id: int, holder: str, generation: int, now: int,
           policy: Policy) -> list[Event] | None:
     """Claim work for one run; None when this worker no longer holds the lease.
 
     A retried row (attempts > 0) is claimed alone; otherwise every available
-    pending row, oldest first, up to ``max_batch``. The three reads go out
-    together; they are read again only after requeueing or burying changed
-    the rows they look at.
+    pending row, oldest first, up to ``max_batch``. What the rules need is
+    read once; only after requeueing or burying is it read again.
     """
-    with locked(conn, box) as lease:
+    args: dict[str, object] = {"box": box_id, "gen": generation, "now": now,
+                               "max": policy.max_attempts, "batch": policy.max_batch}
+    with locked(conn, box_id) as (tx, lease):
         if not holds(lease, holder, generation, now):
             return None
-        exhausted = _exhausted(conn, box, policy)
-        ready = _ready(conn, box, now, policy)
-        gone = _abandoned(conn, box, generation).fetchall()
-        if gone:
-            _requeue(conn, box, gone, now, policy)
-            exhausted = _exhausted(conn, box, policy)
-        dead = exhausted.fetchall()
-        if dead:
-            _bury(conn, box, dead, now, policy)
-        if gone or dead:
-            ready = _ready(conn, box, now, policy)
-        rows = ready.fetchall()
-        ids = rules.batch(next((i for retry, i, _ in rows if retry), None),
-                          [i for retry, i, _ in rows if not retry], policy)
+        found = _read(tx, _CANDIDATES, args)
+        if found["abandoned"]:
+            _requeue(tx, found["abandoned"], now, policy)
+            found = _read(tx, f"{_EXHAUSTED} UNION ALL {_READY}", args)
+        if found["exhausted"]:
+            _bury(tx, found["exhausted"], now, policy)
+            found = _read(tx, _READY, args)
+        retry = found["retry"][0][0] if found["retry"] else None
+        ids = rules.batch(retry, [i for i, *_ in found["fresh"]], policy)
         if not ids:
             return []
-        attempts = {i: a for _, i, a in rows}
-        claimed = conn.execute(
+        claimed = tx.read(
             f"""UPDATE events SET status = 'running', attempts = attempts + 1,
                     claim_gen = %s, updated_at = %s WHERE inbox_id = %s AND id = ANY(%s)
-                RETURNING {COLUMNS}""", (generation, now, box, ids))
-        history.record_many(conn, box, now, "event", "claimed",
-                            ((i, generation, f"attempt {attempts[i] + 1}") for i in ids))
-    return sorted((Event(*row) for row in claimed.fetchall()), key=lambda e: e.id)
+                RETURNING {COLUMNS}""", (generation, now, box_id, ids)).fetchall()
+        events = sorted((Event(*row) for row in claimed), key=lambda e: e.id)
+        history.record_many(tx, now, "event", "claimed",
+                            ((e.id, generation, f"attempt {e.attempts}") for e in events))
+        return events
 
 
-def _fenced(conn: Connection[Any], box: int, lease: Lease | None, holder: str,
-            generation: int, now: int, ids: Sequence[int]) -> dict[int, int] | None:
+def _fenced(tx: Tx, lease: Lease | None, holder: str, generation: int, now: int,
+            ids: Sequence[int]) -> dict[int, int] | None:
     """The attempts of each row, if the lease is still ours and every row still
     running under our claim; else None."""
     if not holds(lease, holder, generation, now):
@@ -123,13 +118,13 @@ def _fenced(conn: Connection[Any], box: int, lease: Lease | None, holder: str,
     unique = sorted(set(ids))
     if not unique:
         return {}
-    rows = conn.execute(
+    rows = tx.read(
         """SELECT id, attempts FROM events WHERE inbox_id = %s AND id = ANY(%s)
-           AND status = 'running' AND claim_gen = %s""", (box, unique, generation)).fetchall()
+           AND status = 'running' AND claim_gen = %s""", (tx.id, unique, generation)).fetchall()
     return {int(i): int(a) for i, a in rows} if len(rows) == len(unique) else None
 
 
-def finish(conn: Connection[Any], box: int, holder: str, generation: int, now: int,
+def finish(conn: Connection[Any], box_id: int, holder: str, generation: int, now: int,
            ids: Sequence[int], answer: Answer | None = None) -> bool:
     """Mark a run's events done and write everything its answer asks for.
 
@@ -137,40 +132,36 @@ def finish(conn: Connection[Any], box: int, holder: str, generation: int, now: i
     finished event can never lose its reply or have one queued twice.
     """
     answer = answer or Answer()
-    with locked(conn, box) as lease:
-        mine = _fenced(conn, box, lease, holder, generation, now, ids)
+    with locked(conn, box_id) as (tx, lease):
+        mine = _fenced(tx, lease, holder, generation, now, ids)
         if mine is None:
             return False
         done = sorted(mine)
-        conn.execute("""UPDATE events SET status = 'done', error = NULL, updated_at = %s
-                        WHERE inbox_id = %s AND id = ANY(%s)""", (now, box, done))
-        history.record_many(conn, box, now, "event", "finished",
-                            ((i, generation, None) for i in done))
-        outbox.queue_in(conn, box, now, generation, answer.messages)
+        tx.write("""UPDATE events SET status = 'done', error = NULL, updated_at = %s
+                    WHERE inbox_id = %s AND id = ANY(%s)""", (now, box_id, done))
+        history.record_many(tx, now, "event", "finished", ((i, generation, None) for i in done))
+        outbox.queue_in(tx, now, generation, answer.messages)
         for request in answer.approvals:
-            approvals.request_in(conn, box, request.id, now, request.expires_in,
-                                 request.action)
+            approvals.request_in(tx, request.id, now, request.expires_in, request.action)
         for follow_up in answer.timers:
-            timers.add_in(conn, box, follow_up.to_timer(now), now, replace=True)
+            timers.add_in(tx, follow_up.to_timer(now), now, replace=True)
         return True
 
 
-def fail(conn: Connection[Any], box: int, holder: str, generation: int, now: int,
+def fail(conn: Connection[Any], box_id: int, holder: str, generation: int, now: int,
          ids: Sequence[int], error: str, policy: Policy) -> bool:
     """Record a handler error: retry later, or dead at once on the last attempt."""
-    with locked(conn, box) as lease:
-        mine = _fenced(conn, box, lease, holder, generation, now, ids)
+    with locked(conn, box_id) as (tx, lease):
+        mine = _fenced(tx, lease, holder, generation, now, ids)
         if mine is None:
             return False
-        after = {i: rules.after_failure(a, now, policy) for i, a in sorted(mine.items())}
-        conn.cursor().executemany(
-            """UPDATE events SET status = %s, error = %s, available_at = %s, updated_at = %s
-               WHERE inbox_id = %s AND id = %s""",
-            [(then.status, error, then.available_at, now, box, i)
-             for i, then in after.items()])
-        history.record_many(conn, box, now, "event", "failed",
-                            ((i, generation, error) for i in after))
-        history.record_many(conn, box, now, "event", "dead",
-                            ((i, generation, then.dead_reason) for i, then in after.items()
-                             if then.dead_reason is not None))
+        for event_id, attempts in sorted(mine.items()):
+            then = rules.after_failure(attempts, now, policy)
+            tx.write("""UPDATE events SET status = %s, error = %s, available_at = %s,
+                            updated_at = %s WHERE inbox_id = %s AND id = %s""",
+                     (then.status, error, then.available_at, now, box_id, event_id))
+            history.record(tx, now, "event", event_id, "failed", generation, error)
+            if then.dead_reason is not None:
+                history.record(tx, now, "event", event_id, "dead", generation,
+                               then.dead_reason)
         return True

@@ -70,6 +70,9 @@ class PostgresStore:
             self._box = db.find_inbox(self.conn, self.user)
         return _NO_INBOX if self._box is None else self._box
 
+    def _reader(self) -> db.Box:
+        return db.Box(self.conn, self._reading())
+
     def _writing(self) -> int:
         """The inbox row to write to, made now if this is its first write."""
         if self._box is None:
@@ -86,7 +89,7 @@ class PostgresStore:
         self.close()
 
     def instance_id(self) -> str:
-        return db.instance_id(self.conn, self._writing())
+        return db.instance_id(db.Box(self.conn, self._writing()))
 
     def ingest(self, source: str, source_id: str, payload: str, now: int) -> IngestResult:
         return inbox.ingest(self.conn, self._writing(), source, source_id, payload, now)
@@ -96,16 +99,16 @@ class PostgresStore:
         return inbox.ingest_many(self.conn, self._writing(), items, now)
 
     def event(self, event_id: int) -> Event | None:
-        return inbox.get(self.conn, self._reading(), event_id)
+        return inbox.get(self._reader(), event_id)
 
     def find(self, source: str, source_id: str) -> Event | None:
-        return inbox.find(self.conn, self._reading(), source, source_id)
+        return inbox.find(self._reader(), source, source_id)
 
     def story(self, event_id: int) -> list[Entry]:
-        return history.event_story(self.conn, self._reading(), event_id)
+        return history.event_story(self._reader(), event_id)
 
     def dead(self, limit: int | None = None) -> list[Event]:
-        return inbox.dead(self.conn, self._reading(), limit)
+        return inbox.dead(self._reader(), limit)
 
     def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
         return inbox.replay(self.conn, self._writing(), ids, now)
@@ -113,13 +116,13 @@ class PostgresStore:
     def status(self) -> Status:
         from agentbox.backends.postgres import timers
 
-        box = self._reading()
-        counts = db.state_counts(self.conn, box)
-        return Status(counts["events"], counts["outbox"], lease.current(self.conn, box),
-                      timers.next_due(self.conn, box))
+        box = self._reader()
+        counts = db.state_counts(box)
+        return Status(counts["events"], counts["outbox"], lease.current(box),
+                      timers.next_due(box))
 
     def lease(self) -> Lease | None:
-        return lease.current(self.conn, self._reading())
+        return lease.current(self._reader())
 
     def acquire(self, holder: str, now: int, ttl: int) -> int | None:
         return lease.acquire(self.conn, self._writing(), holder, now, ttl)
@@ -162,12 +165,12 @@ class PostgresStore:
     def timers(self, include_done: bool = False) -> list[Timer]:
         from agentbox.backends.postgres import timers
 
-        return timers.listing(self.conn, self._reading(), include_done)
+        return timers.listing(self._reader(), include_done)
 
     def timer_events(self, name: str) -> list[Event]:
         from agentbox.backends.postgres import timers
 
-        return timers.events(self.conn, self._reading(), name)
+        return timers.events(self._reader(), name)
 
     def tick(self, now: int, policy: Policy | None = None) -> int:
         from agentbox.backends.postgres import timers
@@ -189,7 +192,7 @@ class PostgresStore:
     def approvals(self, now: int) -> list[Approval]:
         from agentbox.backends.postgres import approvals
 
-        return approvals.listing(self.conn, self._reading(), now)
+        return approvals.listing(self._reader(), now)
 
     def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int) -> Dispatch | Wait:
         from agentbox.backends.postgres import outbox
@@ -212,4 +215,4 @@ class PostgresStore:
                limit: int = 1000) -> list[OutboxMessage]:
         from agentbox.backends.postgres import outbox
 
-        return outbox.listing(self.conn, self._reading(), states, limit)
+        return outbox.listing(self._reader(), states, limit)
