@@ -14,6 +14,7 @@ import pytest
 from agentbox.backends.sqlite.store import SqliteStore
 from pgtools import SKIPPED, SKIPPED_AT
 from proctools import proc_env
+from runhelp import HANDLER
 from watchtools import Watcher, start
 
 T0 = 1_000_000  # the article's simulated clock starts here
@@ -71,6 +72,41 @@ def agentbox_proc(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]
                               env={**proc_env(home), **(env or {})})
 
     return invoke
+
+
+@pytest.fixture
+def handler(tmp_path: Path) -> list[str]:
+    """argv of the test handler (see runhelp.HANDLER); append its options."""
+    script = tmp_path / "handler.py"
+    script.write_text(HANDLER)
+    return [sys.executable, str(script)]
+
+
+@pytest.fixture
+def start(home: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """start(*argv, now=None, env=None): `agentbox ARGV` in the background, reaped at the end.
+
+    It gets this environment (which the ``home`` fixture isolated) without
+    AGENTBOX_NOW, then ``now`` as AGENTBOX_NOW and ``env``.
+    """
+    procs: list[subprocess.Popen[str]] = []
+
+    def begin(*argv: str, now: int | None = None,
+              env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        full = {k: v for k, v in os.environ.items() if k != "AGENTBOX_NOW"}
+        if now is not None:
+            full["AGENTBOX_NOW"] = str(now)
+        proc = subprocess.Popen([sys.executable, "-m", "agentbox", *argv],
+                                env={**full, **(env or {})}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        return proc
+
+    yield begin
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
 
 
 @pytest.fixture

@@ -1,26 +1,15 @@
-"""Fixtures for runs: the handler program, background `agentbox run` processes,
-and the inbox file opened for inspection."""
+"""Fixtures for runs: background `agentbox run` processes and the inbox file opened
+for inspection (the handler program is tests/runhelp.py's, its fixture the root's)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from runhelp import HANDLER
 
 from agentbox.backends.sqlite.store import SqliteStore
-
-
-@pytest.fixture
-def handler(tmp_path: Path) -> list[str]:
-    """argv of the test handler; append its options."""
-    script = tmp_path / "handler.py"
-    script.write_text(HANDLER)
-    return [sys.executable, str(script)]
 
 
 @pytest.fixture
@@ -39,22 +28,10 @@ def inbox(home: Path) -> Iterator[Callable[[], SqliteStore]]:
 
 
 @pytest.fixture
-def start_run(home: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+def start_run(start: Callable[..., subprocess.Popen[str]]) -> Callable[..., subprocess.Popen[str]]:
     """Start `agentbox run ARGS` in the background; every one is reaped at the end."""
-    procs: list[subprocess.Popen[str]] = []
 
-    def start(*args: str, now: int | None = None) -> subprocess.Popen[str]:
-        # The `home` fixture already isolated os.environ; only the clock differs per run.
-        env = {k: v for k, v in os.environ.items() if k != "AGENTBOX_NOW"}
-        if now is not None:
-            env["AGENTBOX_NOW"] = str(now)
-        proc = subprocess.Popen([sys.executable, "-m", "agentbox", "run", *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        return proc
+    def start_one(*args: str, now: int | None = None) -> subprocess.Popen[str]:
+        return start("run", *args, now=now)
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
+    return start_one

@@ -1,0 +1,56 @@
+"""PostgreSQL fixtures: a fresh schema per test, with the CLI fixtures pointed at it.
+
+``home`` (and so ``cli``, ``start_run`` and every process the tests start)
+gets ``AGENTBOX_DB`` naming the test's schema; ``agentbox_proc`` passes it
+on too. ``inbox()`` opens a user's inbox there for inspection.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbox.backends.postgres.store import PostgresStore
+from pgtools import fresh_schema
+
+Proc = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def home(home: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGENTBOX_DB", pg_url)
+    return home
+
+
+@pytest.fixture
+def agentbox_proc(agentbox_proc: Proc, pg_url: str) -> Proc:
+    def invoke(*argv: str, env: dict[str, str] | None = None,
+               **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return agentbox_proc(*argv, env={"AGENTBOX_DB": pg_url, **(env or {})}, **kwargs)
+
+    return invoke
+
+
+@pytest.fixture
+def inbox(pg_url: str) -> Iterator[Callable[..., PostgresStore]]:
+    """inbox(user="alice"): that user's inbox in the test's schema, closed at the end."""
+    opened: list[PostgresStore] = []
+
+    def open_inbox(user: str = "alice") -> PostgresStore:
+        store = PostgresStore(pg_url, user)
+        opened.append(store)
+        return store
+
+    yield open_inbox
+    for store in opened:
+        store.close()
