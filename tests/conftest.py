@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -18,6 +19,11 @@ from runhelp import HANDLER
 from watchtools import Watcher, start
 
 T0 = 1_000_000  # the article's simulated clock starts here
+
+if importlib.util.find_spec("psycopg") is None:
+    # Those tests need the driver itself; the contract suite's PostgreSQL half
+    # still reports (skips, or under AGENTBOX_REQUIRE_PG=1 fails) why it did not run.
+    collect_ignore = ["postgres"]
 
 
 @dataclass
