@@ -129,6 +129,9 @@ def options(description: str, argv: Sequence[str] | None = None) -> argparse.Nam
     parser.add_argument("--dir", default=os.environ.get("AGENTBOX_BENCH_DIR"),
                         help="where the databases go (default: the system temp folder, "
                         "or $AGENTBOX_BENCH_DIR); use the disk you care about")
+    parser.add_argument("--pg", default=os.environ.get("AGENTBOX_BENCH_PG"),
+                        help="the PostgreSQL server of the pg_* scripts (default: "
+                        "$AGENTBOX_BENCH_PG, else postgresql://postgres@127.0.0.1:5432/test)")
     return parser.parse_args(argv)
 
 

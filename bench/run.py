@@ -26,7 +26,8 @@ from pathlib import Path
 from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
-           "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year")
+           "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year", "pg_ingest",
+           "pg_run_cycle", "pg_scale")
 LATEST = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -55,13 +56,18 @@ def run_script(name: str, args: argparse.Namespace) -> tuple[list[Row], str | No
         argv.append("--quick")
     if args.dir:
         argv += ["--dir", args.dir]
+    if args.pg:
+        argv += ["--pg", args.pg]
     print(f"{name}:", file=sys.stderr, flush=True)
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         return [], f"exited {done.returncode}"
     try:
-        return [Row.from_document(d) for d in json.loads(done.stdout)["rows"]], None
-    except (ValueError, KeyError, TypeError) as exc:
+        found = json.loads(done.stdout)
+        if found.get("skipped"):
+            print(f"  skipped: {found['skipped']}", file=sys.stderr, flush=True)
+        return [Row.from_document(d) for d in found["rows"]], None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return [], f"unreadable output ({exc})"
 
 
@@ -114,6 +120,10 @@ def main() -> int:
                         help=f"run only these: {', '.join(SCRIPTS)}")
     parser.add_argument("--dir", default=os.environ.get("AGENTBOX_BENCH_DIR"),
                         help="where the databases go (default: the system temp folder)")
+    parser.add_argument("--pg", default=os.environ.get("AGENTBOX_BENCH_PG"),
+                        help="the PostgreSQL server of the pg_* scripts (default: "
+                        "postgresql://postgres@127.0.0.1:5432/test); without one they are "
+                        "skipped, or fail under AGENTBOX_REQUIRE_PG=1")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a target is missed, not only when a script fails")
     parser.add_argument("--markdown", action="store_true",

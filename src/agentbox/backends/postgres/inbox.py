@@ -45,7 +45,7 @@ counted AS (
 # (id, stored?, same payload?). The read-back sees only what was committed
 # when the statement began, so a copy committed by another session while this
 # INSERT waited for it comes back as no row at all.
-_STORE = f"""
+STORE = f"""
 WITH items AS (SELECT %(source)s::text AS source, %(source_id)s::text AS source_id,
                       %(payload)s::text AS payload, 1 AS n),
 {_INSERT}
@@ -68,13 +68,13 @@ def store_in(box: Box, source: str, source_id: str, payload: str, now: int,
     """
     args = {"box": box.id, "source": source, "source_id": source_id, "payload": payload,
             "now": now}
-    row = box.read(_STORE, args).fetchone()
+    row = box.read(STORE, args).fetchone()
     for _ in range(_RACE_RETRIES):
         if row is not None:
             break
         # Another session stored this key while we waited: read its copy (or,
         # if it is gone again, store ours).
-        row = box.read(_STANDING, args).fetchone() or box.read(_STORE, args).fetchone()
+        row = box.read(_STANDING, args).fetchone() or box.read(STORE, args).fetchone()
     if row is None:
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
     event_id, stored, same = int(row[0]), bool(row[1]), bool(row[2])

@@ -1,0 +1,119 @@
+"""PostgreSQL ingest: events per second through `Store.ingest` against bare psycopg inserts.
+
+Each `Store.ingest` on PostgreSQL is one autocommit statement: it stores the
+event, counts it in the inbox's tallies and, for a key already taken, reads
+the standing copy back. The baseline is what a careful bare psycopg program
+does for a webhook: one autocommit `INSERT ... ON CONFLICT DO NOTHING
+RETURNING id` of the same row into a plain table with the same key. Both use
+`synchronous_commit = on`, each in a schema of its own. Two more sides feed
+the note: the engine's statement sent by hand (what the engine's Python
+costs), and the same insert with the count kept by a row trigger instead
+(the other way to keep `status` O(1)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pglib
+from benchlib import (
+    T0,
+    TIMES,
+    interleaved,
+    median,
+    options,
+    payload,
+    progress,
+    rate_row,
+    report,
+    timed,
+)
+
+PLAIN = """CREATE TABLE plain (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source text COLLATE "C" NOT NULL, source_id text COLLATE "C" NOT NULL,
+    payload text NOT NULL, created_at bigint NOT NULL,
+    UNIQUE (source, source_id))"""
+PLAIN_INSERT = """INSERT INTO plain (source, source_id, payload, created_at)
+                  VALUES (%s, %s, %s, %s) ON CONFLICT (source, source_id) DO NOTHING
+                  RETURNING id"""
+# The events table again, its count kept per row by a trigger instead of in the statement.
+TRIGGERED = ["""CREATE TABLE counted_by_trigger (LIKE events INCLUDING ALL)""",
+             """CREATE FUNCTION count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
+                    VALUES (NEW.inbox_id, 'events', NEW.status, 1 + mod(pg_backend_pid(), 31), 1)
+                    ON CONFLICT (inbox_id, tbl, state, slot)
+                    DO UPDATE SET n = state_counts.n + 1;
+                    RETURN NULL;
+                END $$""",
+             """CREATE TRIGGER counted AFTER INSERT ON counted_by_trigger
+                FOR EACH ROW EXECUTE FUNCTION count_insert()"""]
+TRIGGERED_INSERT = """INSERT INTO counted_by_trigger (inbox_id, source, source_id, payload,
+                                                      created_at, updated_at)
+                      VALUES (1, %s, %s, %s, %s, %s)
+                      ON CONFLICT (inbox_id, source, source_id) DO NOTHING RETURNING id"""
+
+
+def main() -> None:
+    args = options(__doc__.splitlines()[0])
+    url = pglib.server(args)
+    per_slice, rounds = (10, 6) if args.quick else (50, 60)
+    from agentbox.backends.postgres.inbox import STORE
+    from agentbox.backends.postgres.store import PostgresStore
+
+    bodies = [payload(i) for i in range(per_slice * rounds)]
+    with (pglib.schema(url, "engine") as engine_url, pglib.schema(url, "plain") as plain_url,
+          pglib.schema(url, "hand") as hand_url, pglib.schema(url, "trigger") as trigger_url):
+        store = PostgresStore(engine_url, "bench")
+        plain, hand, trigger = (pglib.session(u) for u in (plain_url, hand_url, trigger_url))
+        plain.execute(PLAIN)
+        for statement in TRIGGERED:
+            trigger.execute(statement)
+        with PostgresStore(hand_url, "bench") as made:
+            made.instance_id()  # makes the inbox row the statement writes to
+            box = made.inbox_id
+
+        def ingest(i: int) -> None:
+            store.ingest("github", f"delivery-{i}", bodies[i], T0)
+
+        def insert_plain(i: int) -> None:
+            plain.execute(PLAIN_INSERT, ("github", f"delivery-{i}", bodies[i], T0)).fetchone()
+
+        def insert_hand(i: int) -> None:
+            hand.execute(STORE, {"box": box, "source": "github", "source_id": f"delivery-{i}",
+                                  "payload": bodies[i], "now": T0}).fetchone()
+
+        def insert_triggered(i: int) -> None:
+            trigger.execute(TRIGGERED_INSERT,
+                            ("github", f"delivery-{i}", bodies[i], T0, T0)).fetchone()
+
+        def side(insert: Callable[[int], None]) -> Callable[[], float]:
+            ids = iter(range(len(bodies)))
+
+            def go() -> None:
+                for _ in range(per_slice):
+                    insert(next(ids))
+
+            return lambda: per_slice / timed(go)
+
+        progress(f"pg ingest: {rounds} slices of {per_slice} durable statements each way")
+        rates = interleaved(rounds, {"s": side(ingest), "b": side(insert_plain),
+                                     "h": side(insert_hand), "t": side(insert_triggered)})
+        stored = store.status().events["pending"]
+        conns: list[Any] = [store, plain, hand, trigger]
+        for conn in conns:
+            conn.close()
+    if stored != per_slice * rounds:
+        raise SystemExit(f"the engine stored {stored} events, not {per_slice * rounds}")
+    s, b, h, t = (median(rates[k]) for k in "sbht")
+    report([rate_row("pg ingest: Store.ingest vs bare psycopg INSERT", s, b, 0.8,
+                     note=f"median of {rounds} slices of {per_slice} autocommit statements, "
+                     f"synchronous_commit on; the engine's statement by hand: {h:,.0f} ev/s "
+                     f"(engine {s / h:.2f}{TIMES} that); counting by row trigger instead: "
+                     f"{t:,.0f} ev/s ({t / h:.2f}{TIMES} the engine's statement)")], args)
+
+
+if __name__ == "__main__":
+    main()
