@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 PROGRAMS = BENCH / "programs"
@@ -191,6 +193,81 @@ def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def slices(per_slice: int, step: Callable[[int], object]) -> Callable[[], float]:
+    """A side for :func:`interleaved`: the rate of ``per_slice`` calls of ``step(i)``.
+
+    ``i`` counts on across slices, so each call can write a row of its own.
+    """
+    numbers = iter(range(10**12))
+
+    def one_slice() -> float:
+        return per_slice / timed(lambda: [step(next(numbers)) for _ in range(per_slice)])
+
+    return one_slice
+
+
+def engine_cycle(store: Any, holder: str, ttl: int, policy: Any) -> int:
+    """What `agentbox run` does to a store, the handler left out: acquire, claim, finish,
+    release. Returns how many events it finished."""
+    generation = store.acquire(holder, T0, ttl)
+    assert generation is not None
+    claimed = store.claim(holder, generation, T0, policy)
+    assert claimed is not None
+    assert store.finish(holder, generation, T0, [e.id for e in claimed])
+    assert store.release(holder, generation, T0)
+    return len(claimed)
+
+
+def hand_cycle(hand: Any) -> int:
+    """The same cycle through a hand-written baseline with acquire, claim, finish and release."""
+    generation = hand.acquire(T0)
+    ids = hand.claim(generation, T0)
+    hand.finish(generation, T0, ids)
+    hand.release(generation, T0)
+    return len(ids)
+
+
+def event_listings(stores: Mapping[str, Any]) -> list[tuple[str, Callable[[str], float]]]:
+    """`events list --state pending --limit 100` and `events list --limit 100` (every
+    state) on each of ``stores``, for :func:`scale_rows`."""
+    return [("events list --state pending --limit 100",
+             lambda name: timed(lambda: stores[name].events(("pending",), limit=100))),
+            ("events list --limit 100",
+             lambda name: timed(lambda: stores[name].events(limit=100)))]
+
+
+def scale_rows(what: str, stores: Mapping[str, Any], holder: str, policy: Any,
+               claim_rounds: int, read_rounds: int, note: str,
+               extra: Sequence[tuple[str, Callable[[str], float]]] = ()) -> list[Row]:
+    """Time claim+finish (a full batch), status, dead list and ``extra`` reads on a
+    ``big`` and a ``small`` store, alternating; one row each, big over small."""
+    generations = {name: s.acquire(holder, T0, 10**9) for name, s in stores.items()}
+
+    def claim_finish(name: str) -> float:
+        s, generation = stores[name], generations[name]
+
+        def go() -> None:
+            claimed = s.claim(holder, generation, T0, policy)
+            assert claimed is not None and len(claimed) == policy.max_batch
+            assert s.finish(holder, generation, T0, [e.id for e in claimed])
+        return timed(go)
+
+    rows: list[Row] = []
+    for label, op, rounds in (
+            ("claim+finish", claim_finish, claim_rounds),
+            ("status", lambda name: timed(stores[name].status), read_rounds),
+            ("dead list", lambda name: timed(stores[name].dead), read_rounds),
+            *((label, op, read_rounds) for label, op in extra)):
+        progress(f"{what.split(':')[0]}: {label}, {rounds} rounds each")
+        sides = {"big": partial(op, "big"), "small": partial(op, "small")}
+        interleaved(1, sides)  # warm-up
+        times = interleaved(rounds, sides)
+        rows.append(time_row(what.format(label=label), median(times["big"]),
+                             median(times["small"]), 1.5,
+                             note=f"median of {rounds}; {note}"))
+    return rows
 
 
 def run_program(argv: Sequence[str], env: dict[str, str],

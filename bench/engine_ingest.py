@@ -12,8 +12,6 @@ engine's code costs. All run in this process, in alternating slices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from benchlib import (
     INSERT_EVENT,
     T0,
@@ -28,7 +26,7 @@ from benchlib import (
     rate_row,
     raw_connect,
     report,
-    timed,
+    slices,
     warn_if_memory,
     workdir,
 )
@@ -66,18 +64,11 @@ def main() -> None:
         def ingest(i: int) -> None:
             store.ingest("github", f"delivery-{i}", bodies[i], T0)
 
-        def side(insert: Callable[[int], None]) -> Callable[[], float]:
-            ids = iter(range(len(bodies)))
-
-            def go() -> None:
-                for _ in range(per_slice):
-                    insert(next(ids))
-
-            return lambda: per_slice / timed(go)
-
         progress(f"engine ingest: {rounds} slices of {per_slice} events each way")
-        rates = interleaved(rounds, {"s": side(ingest), "b": side(insert_raw),
-                                     "o": side(insert_schema), "h": side(insert_both)})
+        rates = interleaved(rounds, {"s": slices(per_slice, ingest),
+                                     "b": slices(per_slice, insert_raw),
+                                     "o": slices(per_slice, insert_schema),
+                                     "h": slices(per_slice, insert_both)})
         stored = store.status().events["pending"]
         for conn in (store, raw, schema, both):
             conn.close()

@@ -13,7 +13,6 @@ costs), and the same insert with the count kept by a row trigger instead
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pglib
@@ -27,7 +26,7 @@ from benchlib import (
     progress,
     rate_row,
     report,
-    timed,
+    slices,
 )
 
 PLAIN = """CREATE TABLE plain (
@@ -89,18 +88,11 @@ def main() -> None:
             trigger.execute(TRIGGERED_INSERT,
                             ("github", f"delivery-{i}", bodies[i], T0, T0)).fetchone()
 
-        def side(insert: Callable[[int], None]) -> Callable[[], float]:
-            ids = iter(range(len(bodies)))
-
-            def go() -> None:
-                for _ in range(per_slice):
-                    insert(next(ids))
-
-            return lambda: per_slice / timed(go)
-
         progress(f"pg ingest: {rounds} slices of {per_slice} durable statements each way")
-        rates = interleaved(rounds, {"s": side(ingest), "b": side(insert_plain),
-                                     "h": side(insert_hand), "t": side(insert_triggered)})
+        rates = interleaved(rounds, {"s": slices(per_slice, ingest),
+                                     "b": slices(per_slice, insert_plain),
+                                     "h": slices(per_slice, insert_hand),
+                                     "t": slices(per_slice, insert_triggered)})
         stored = store.status().events["pending"]
         conns: list[Any] = [store, plain, hand, trigger]
         for conn in conns:

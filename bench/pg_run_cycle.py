@@ -20,6 +20,8 @@ import pglib
 from benchlib import (
     T0,
     TIMES,
+    engine_cycle,
+    hand_cycle,
     interleaved,
     median,
     options,
@@ -27,7 +29,7 @@ from benchlib import (
     progress,
     rate_row,
     report,
-    timed,
+    slices,
 )
 
 TTL = 120
@@ -115,12 +117,6 @@ class HandWritten:
             self.conn.execute("UPDATE inboxes SET lease_until = %s WHERE id = %s",
                               (now - 1, self.box))
 
-    def cycle(self) -> int:
-        generation = self.acquire(T0)
-        ids = self.claim(generation, T0)
-        self.finish(generation, T0, ids)
-        self.release(generation, T0)
-        return len(ids)
 
 
 def main() -> None:
@@ -145,22 +141,11 @@ def main() -> None:
                 hands.append(HandWritten(pglib.session(side_url), prepared.inbox_id, advisory))
         hand, advisory_hand = hands
 
-        def engine_cycle() -> int:
-            generation = store.acquire(HOLDER, T0, TTL)
-            assert generation is not None
-            claimed = store.claim(HOLDER, generation, T0, policy)
-            assert claimed is not None
-            store.finish(HOLDER, generation, T0, [e.id for e in claimed])
-            store.release(HOLDER, generation, T0)
-            return len(claimed)
-
-        def rate(cycle: Any) -> float:
-            return per_slice / timed(lambda: [cycle() for _ in range(per_slice)])
-
         progress(f"pg run cycle: {rounds} slices of {per_slice} events each way")
-        rates = interleaved(rounds, {"s": lambda: rate(engine_cycle),
-                                     "b": lambda: rate(hand.cycle),
-                                     "a": lambda: rate(advisory_hand.cycle)})
+        rates = interleaved(rounds, {
+            "s": slices(per_slice, lambda _: engine_cycle(store, HOLDER, TTL, policy)),
+            "b": slices(per_slice, lambda _: hand_cycle(hand)),
+            "a": slices(per_slice, lambda _: hand_cycle(advisory_hand))})
         done = [store.status().events["done"]]
         for side in hands:
             with PostgresStore(hand_url if side is hand else advisory_url, "bench") as seen:

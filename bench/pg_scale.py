@@ -14,21 +14,16 @@ gives what the big schema takes on disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import pglib
 from benchlib import (
     T0,
     Row,
-    interleaved,
-    median,
     options,
     progress,
     report,
-    time_row,
-    timed,
+    scale_rows,
 )
 
 PER_INBOX = 1_000
@@ -110,40 +105,12 @@ def main() -> None:
             build(side_url, inboxes, measured_pending)
         stores = {"big": PostgresStore(big_url, MEASURED),
                   "small": PostgresStore(small_url, MEASURED)}
-        generations = {name: s.acquire(HOLDER, T0, 10**9) for name, s in stores.items()}
         for name, s in stores.items():
             if len(s.dead()) != DEAD:
                 raise SystemExit(f"the {name} inbox has {len(s.dead())} dead events, not {DEAD}")
-
-        def claim_finish(name: str) -> float:
-            s, generation = stores[name], generations[name]
-            assert generation is not None
-
-            def go() -> None:
-                claimed = s.claim(HOLDER, generation, T0, policy)
-                assert claimed is not None and len(claimed) == BATCH
-                assert s.finish(HOLDER, generation, T0, [e.id for e in claimed])
-            return timed(go)
-
-        def status(name: str) -> float:
-            return timed(stores[name].status)
-
-        def dead_list(name: str) -> float:
-            return timed(stores[name].dead)
-
-        rows: list[Row] = []
-        op: Callable[[str], float]
-        for label, op, rounds in (("claim+finish", claim_finish, claim_rounds),
-                                  ("status", status, read_rounds),
-                                  ("dead list", dead_list, read_rounds)):
-            progress(f"pg scale: {label}, {rounds} rounds each")
-            sides = {"big": partial(op, "big"), "small": partial(op, "small")}
-            interleaved(1, sides)  # warm-up
-            times = interleaved(rounds, sides)
-            rows.append(time_row(
-                f"pg scale: {label}, {big * PER_INBOX:,} events in {big:,} inboxes vs "
-                f"{small * PER_INBOX:,}", median(times["big"]), median(times["small"]), 1.5,
-                note=f"median of {rounds}; one inbox of {PER_INBOX:,} events in each"))
+        rows = scale_rows(f"pg scale: {{label}}, {big * PER_INBOX:,} events in {big:,} inboxes "
+                          f"vs {small * PER_INBOX:,}", stores, HOLDER, policy, claim_rounds,
+                          read_rounds, f"one inbox of {PER_INBOX:,} events in each")
         footprint = disk(big_url)
         progress(f"pg scale: on disk, {footprint}")
         closing: list[Any] = list(stores.values())

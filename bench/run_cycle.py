@@ -16,6 +16,8 @@ import sqlite3
 from benchlib import (
     INSERT_HISTORY,
     T0,
+    engine_cycle,
+    hand_cycle,
     interleaved,
     make_inbox,
     median,
@@ -25,7 +27,7 @@ from benchlib import (
     rate_row,
     raw_connect,
     report,
-    timed,
+    slices,
     warn_if_memory,
     workdir,
 )
@@ -114,12 +116,6 @@ class HandWritten:
         c.execute("UPDATE lease SET until = ?, released = 1 WHERE one = 1", (now,))
         self._lease_commit()
 
-    def cycle(self) -> int:
-        generation = self.acquire(T0)
-        ids = self.claim(generation, T0)
-        self.finish(generation, T0, ids)
-        self.release(generation, T0)
-        return len(ids)
 
 
 def main() -> None:
@@ -140,23 +136,10 @@ def main() -> None:
         prepared.close()
         hand = HandWritten(raw_connect(root / "raw.sqlite3"))
 
-        def engine_cycle() -> int:
-            generation = store.acquire(HOLDER, T0, TTL)
-            assert generation is not None
-            claimed = store.claim(HOLDER, generation, T0, policy)
-            assert claimed is not None
-            store.finish(HOLDER, generation, T0, [e.id for e in claimed])
-            store.release(HOLDER, generation, T0)
-            return len(claimed)
-
-        def subject() -> float:
-            return per_slice / timed(lambda: [engine_cycle() for _ in range(per_slice)])
-
-        def baseline() -> float:
-            return per_slice / timed(lambda: [hand.cycle() for _ in range(per_slice)])
-
         progress(f"run cycle: {rounds} slices of {per_slice} events each way")
-        rates = interleaved(rounds, {"s": subject, "b": baseline})
+        rates = interleaved(rounds, {
+            "s": slices(per_slice, lambda _: engine_cycle(store, HOLDER, TTL, policy)),
+            "b": slices(per_slice, lambda _: hand_cycle(hand))})
         done = (store.status().events["done"],
                 hand.conn.execute("SELECT n FROM state_counts WHERE tbl = 'events' "
                                   "AND state = 'done'").fetchone()[0])

@@ -14,7 +14,6 @@ inboxes; the ratio is big over small, so 1.0 means size costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -22,12 +21,14 @@ from benchlib import (
     HISTORY,
     T0,
     Row,
+    event_listings,
     filled_inbox,
     interleaved,
     median,
     options,
     progress,
     report,
+    scale_rows,
     time_row,
     timed,
     warn_if_memory,
@@ -86,36 +87,10 @@ def main() -> None:
         progress(f"scale: building inboxes of {big:,} and {small:,} events")
         stores = {name: SqliteStore(build(root / f"{name}.sqlite3", n, pending))
                   for name, n in (("big", big), ("small", small))}
-        generations = {name: s.acquire(HOLDER, T0, 10**9) for name, s in stores.items()}
         for name, s in stores.items():
             dead = len(s.dead())
             if dead != DEAD:
                 raise SystemExit(f"{name} inbox has {dead} dead events, not {DEAD}")
-
-        def claim_finish(name: str) -> float:
-            s, generation = stores[name], generations[name]
-            assert generation is not None
-
-            def go() -> None:
-                claimed = s.claim(HOLDER, generation, T0, policy)
-                assert claimed is not None and len(claimed) == BATCH
-                assert s.finish(HOLDER, generation, T0, [e.id for e in claimed])
-            return timed(go)
-
-        def status(name: str) -> float:
-            return timed(stores[name].status)
-
-        def dead_list(name: str) -> float:
-            return timed(stores[name].dead)
-
-        def events_pending(name: str) -> float:
-            """`events list --state pending --limit 100`."""
-            return timed(lambda: stores[name].events(("pending",), limit=100))
-
-        def events_newest(name: str) -> float:
-            """`events list --limit 100`, every state."""
-            return timed(lambda: stores[name].events(limit=100))
-
         middle = {"big": big // 2, "small": small // 2}
 
         def events_show(name: str) -> float:
@@ -126,22 +101,9 @@ def main() -> None:
                 assert s.event(event_id) is not None and len(s.story(event_id)) == 3
             return timed(go)
 
-        rows: list[Row] = []
-        op: Callable[[str], float]
-        for label, op, rounds in (("claim+finish", claim_finish, claim_rounds),
-                                  ("status", status, read_rounds),
-                                  ("dead list", dead_list, read_rounds),
-                                  ("events list --state pending --limit 100", events_pending,
-                                   read_rounds),
-                                  ("events list --limit 100", events_newest, read_rounds),
-                                  ("events show", events_show, read_rounds)):
-            progress(f"scale: {label}, {rounds} rounds each")
-            sides = {"big": partial(op, "big"), "small": partial(op, "small")}
-            interleaved(1, sides)  # warm-up
-            times = interleaved(rounds, sides)
-            rows.append(time_row(f"scale: {label}, {big:,} events vs {small:,}",
-                                 median(times["big"]), median(times["small"]), 1.5,
-                                 note=f"median of {rounds}; subject is the big inbox"))
+        rows = scale_rows(f"scale: {{label}}, {big:,} events vs {small:,}", stores, HOLDER,
+                          policy, claim_rounds, read_rounds, "subject is the big inbox",
+                          extra=[*event_listings(stores), ("events show", events_show)])
         for s in stores.values():
             s.close()
         rows.append(remembered_keys(root, 5_000 if args.quick else 100_000,
