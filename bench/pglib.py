@@ -60,9 +60,10 @@ def schema(url: str, name: str) -> Iterator[str]:
         yield fresh
 
 
-def session(url: str) -> Any:
-    """A bare connection with agentbox's session settings: autocommit, durable commits."""
+def session(url: str, synchronous: str = "FULL") -> Any:
+    """A bare connection with agentbox's session settings: autocommit, durable commits
+    (``synchronous="OFF"``: commits that do not wait for the fsync)."""
     from agentbox.backends.postgres.db import parse
     from agentbox.backends.postgres.db import session as open_session
 
-    return open_session(parse(url))
+    return open_session(parse(url), synchronous)

@@ -1,9 +1,9 @@
 """The events of one inbox: ingest once, look up, replay.
 
 Ingest takes no inbox lock: a UNIQUE (inbox_id, source, source_id) key
-refuses the second copy, and one statement stores the event, counts it and
-reads back the standing copy when there was one, so two hosts ingesting the
-same delivery at once get one ``stored`` and one ``duplicate``. What a run
+refuses the second copy, one statement stores and counts the event, and a
+second reads back the standing copy when the key was taken, so two hosts
+ingesting the same delivery at once get one ``stored`` and one ``duplicate``. What a run
 does to events (claim, finish, fail) is in :mod:`.runs`.
 """
 
@@ -41,45 +41,38 @@ counted AS (
     HAVING COUNT(*) > 0
     ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n)"""
 
-# One event: stored, or (when the key is taken) the standing copy read back:
-# (id, stored?, same payload?). The read-back sees only what was committed
-# when the statement began, so a copy committed by another session while this
-# INSERT waited for it comes back as no row at all.
+# One event, stored and counted: its id, or no row when the key is taken.
 STORE = f"""
 WITH items AS (SELECT %(source)s::text AS source, %(source_id)s::text AS source_id,
                       %(payload)s::text AS payload, 1 AS n),
 {_INSERT}
-SELECT id, true, true FROM stored
-UNION ALL
-SELECT id, false, payload = %(payload)s FROM events
-WHERE inbox_id = %(box)s AND source = %(source)s AND source_id = %(source_id)s
-  AND NOT EXISTS (SELECT FROM stored)"""
+SELECT id FROM stored"""
 
-_STANDING = """SELECT id, false, payload = %(payload)s FROM events
+# The copy standing under a key: (id, same payload?). A statement of its own, so
+# that it sees a copy another session committed while the INSERT waited for it.
+_STANDING = """SELECT id, payload = %(payload)s FROM events
                WHERE inbox_id = %(box)s AND source = %(source)s AND source_id = %(source_id)s"""
 
 
 def store_in(box: Box, source: str, source_id: str, payload: str, now: int,
              record_conflict: bool = True) -> IngestResult:
-    """Store an event: its own statement, or one read inside the caller's transaction.
+    """Store an event: its own statement, or part of the caller's transaction.
 
-    A conflict is recorded in the event's story (in the caller's transaction
-    when there is one).
+    A new key costs one statement; a taken one a second, to read the standing
+    copy. A conflict is recorded in that event's story.
     """
     args = {"box": box.id, "source": source, "source_id": source_id, "payload": payload,
             "now": now}
-    row = box.read(STORE, args).fetchone()
     for _ in range(_RACE_RETRIES):
-        if row is not None:
+        stored = box.read(STORE, args).fetchone()
+        if stored is not None:
+            return IngestResult("stored", int(stored[0]), source, source_id)
+        standing = box.read(_STANDING, args).fetchone()
+        if standing is not None:  # else it was deleted (pruned) since: store ours
             break
-        # Another session stored this key while we waited: read its copy (or,
-        # if it is gone again, store ours).
-        row = box.read(_STANDING, args).fetchone() or box.read(STORE, args).fetchone()
-    if row is None:
+    else:
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
-    event_id, stored, same = int(row[0]), bool(row[1]), bool(row[2])
-    if stored:
-        return IngestResult("stored", event_id, source, source_id)
+    event_id, same = int(standing[0]), bool(standing[1])
     if same:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
