@@ -127,6 +127,35 @@ def on_expiry(mode: str, tries: int, max_tries: int) -> Literal["resend", "park"
     return "resend" if mode == "at-least-once" and tries < max_tries else "park"
 
 
+def expiry_reason(mode: str, tries: int, max_tries: int) -> str:
+    """Why a claim past its deadline with no word is parked (see :func:`on_expiry`)."""
+    if mode == "at-most-once":
+        return "claim deadline passed with the outcome unknown"
+    return (f"claim deadline passed with the outcome unknown after try {tries} of "
+            f"{max_tries}: no more tries")
+
+
+def park_reason(mode: str, error: str | None, tries: int, max_tries: int) -> str:
+    """Why a settled try parks its key: the sender's word, and for at-least-once
+    (which parks only when out of tries) that no try is left."""
+    said = error or "outcome unknown"
+    if mode == "at-least-once":
+        return f"{said} (try {tries} of {max_tries}: no more tries)"
+    return said
+
+
+def resend_detail(tries: int, max_tries: int) -> str:
+    """The history line of a take-over: try ``tries`` of a key."""
+    return f"try {tries} of {max_tries} under the same key"
+
+
+def retry_detail(tries: int, max_tries: int, error: str | None) -> str:
+    """The history line of a failed try kept under its key (see ``retry`` in
+    :func:`on_settle`)."""
+    return (f"try {tries} of {max_tries}: {error}; kept under the same key, which may have "
+            "delivered already")
+
+
 def resend_after(now: int, tries: int) -> int:
     """When a key whose try ``tries`` certainly failed (having maybe delivered
     before) is tried again: 60 s after the second try, doubling, at most 1 h."""

@@ -19,13 +19,13 @@ from agentbox.backends.postgres.db import Box, Tx, transaction
 from agentbox.rules import lease as rules
 from agentbox.rules.records import Lease
 
-_COLUMNS = "lease_holder, lease_generation, lease_until"
+_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
 
 
 def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     if row is None or row[0] is None:
         return None
-    return Lease(str(row[0]), int(row[1]), int(row[2]))
+    return Lease(str(row[0]), int(row[1]), int(row[2]), bool(row[3]))
 
 
 def current(box: Box) -> Lease | None:
@@ -46,7 +46,8 @@ def locked(conn: Connection[Any], box_id: int) -> Iterator[tuple[Tx, Lease | Non
 
 
 def _set(tx: Tx, lease: Lease) -> None:
-    tx.write(f"UPDATE inboxes SET ({_COLUMNS}) = (%s, %s, %s) WHERE id = %s", (*lease, tx.id))
+    tx.write(f"UPDATE inboxes SET ({_COLUMNS}) = (%s, %s, %s, %s) WHERE id = %s",
+             (*lease, tx.id))
 
 
 def acquire(conn: Connection[Any], box_id: int, holder: str, now: int,
@@ -73,7 +74,7 @@ def release(conn: Connection[Any], box_id: int, holder: str, generation: int,
             now: int) -> bool:
     """End this worker's lease now, so the next tick need not wait out the TTL."""
     with locked(conn, box_id) as (tx, lease):
-        if not rules.holds(lease, holder, generation, now):
+        if lease is None or not rules.holds(lease, holder, generation, now):
             return False
-        _set(tx, Lease(holder, generation, rules.released_until(now)))
+        _set(tx, rules.release(lease, now))
         return True

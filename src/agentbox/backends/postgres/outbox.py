@@ -21,6 +21,7 @@ from agentbox.backends.postgres.lease import locked
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules import outbox as rules
 from agentbox.rules.answer import Message
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, Dispatch, OutboxMessage, SendOutcome, Wait
 
 
@@ -79,36 +80,39 @@ def _park(tx: Tx, key: str, now: int, error: str) -> None:
     history.record_many(tx, now, "message", "uncertain", ((i, None, key) for i in ids))
 
 
-def _expired(tx: Tx, now: int) -> list[tuple[str, str, str, bool, int]]:
-    """Claims still ``sending`` past their deadline, oldest first: their dispatcher is gone."""
-    rows = tx.read("""SELECT key, mode, body, urgent, tries FROM dispatches
-                      WHERE inbox_id = %s AND state = 'sending' AND deadline < %s
-                      ORDER BY seq""", (tx.id, now)).fetchall()
-    return [(str(k), str(m), str(b), bool(u), int(t)) for k, m, b, u, t in rows]
+Expired = tuple[str, str, str, bool, int, int]  # key, mode, body, urgent, tries, max_tries
 
 
-def _park_expired(tx: Tx, now: int) -> list[tuple[str, str, str, bool, int]]:
-    """Park expired at-most-once claims; the expired at-least-once ones that remain."""
-    expired = _expired(tx, now)
-    for key, *_ in (e for e in expired if e[1] == "at-most-once"):
-        _park(tx, key, now, "claim deadline passed with the outcome unknown")
-    return [e for e in expired if e[1] == "at-least-once"]
+def _park_expired(tx: Tx, now: int) -> list[Expired]:
+    """Park the claims past their deadline (their dispatcher is gone, or a failed
+    try's backoff is over) that may not be tried again; the others, oldest first."""
+    left: list[Expired] = []
+    for key, mode, body, urgent, tries, max_tries in tx.read(
+            """SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
+               WHERE inbox_id = %s AND state = 'sending' AND deadline < %s
+               ORDER BY seq""", (tx.id, now)).fetchall():
+        if rules.on_expiry(mode, tries, max_tries) == "resend":
+            left.append((str(key), str(mode), str(body), bool(urgent), int(tries),
+                         int(max_tries)))
+        else:
+            _park(tx, str(key), now, rules.expiry_reason(mode, tries, max_tries))
+    return left
 
 
 def _take_over(tx: Tx, now: int, timeout: int) -> Dispatch | None:
-    """Park expired at-most-once claims; take over the oldest expired at-least-once one."""
-    expired = _park_expired(tx, now)
-    if not expired:
+    """Park what may not be tried again; take over the oldest claim that may."""
+    left = _park_expired(tx, now)
+    if not left:
         return None
-    key, mode, body, urgent, tries = expired[0]
+    key, mode, body, urgent, tries, max_tries = left[0]
     deadline = rules.claim_deadline(now, timeout)
     tx.write("""UPDATE dispatches SET tries = %s, deadline = %s, claimed_at = %s
                 WHERE inbox_id = %s AND key = %s""", (tries + 1, deadline, now, tx.id, key))
     ids = _message_ids(tx, key)
     history.record(tx, now, "dispatch", key, "resending",
-                   detail=f"try {tries + 1}: the claim deadline passed with the outcome unknown")
+                   detail=rules.resend_detail(tries + 1, max_tries))
     history.record_many(tx, now, "message", "resending", ((i, None, key) for i in ids))
-    return Dispatch(key, mode, body, ids, urgent, tries + 1, deadline)
+    return Dispatch(key, mode, body, ids, urgent, tries + 1, deadline, max_tries)
 
 
 def last_send(tx: Tx) -> int | None:
@@ -130,13 +134,14 @@ def _in_flight(tx: Tx) -> tuple[int, int | None]:
     return int(row[0]), None if row[1] is None else int(row[1])
 
 
-def claim(conn: Connection[Any], box_id: int, now: int, mode: str, gap: int,
-          timeout: int) -> Dispatch | Wait:
+def claim(conn: Connection[Any], box_id: int, now: int, mode: str, gap: int, timeout: int,
+          max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
     """Claim the next dispatch (a resend first), or say why there is none.
 
-    ``mode`` is recorded on a new claim; a resend keeps the mode of its claim.
+    ``mode`` and ``max_tries`` are recorded on a new claim; a resend keeps those
+    of its claim.
     """
-    rules.check_claim(mode, gap, timeout)
+    rules.check_claim(mode, gap, timeout, max_tries)
     with locked(conn, box_id) as (tx, _):
         resend = _take_over(tx, now, timeout)
         if resend is not None:
@@ -157,15 +162,16 @@ def claim(conn: Connection[Any], box_id: int, now: int, mode: str, gap: int,
         body = rules.merged([str(b) for _, b, _ in held])
         deadline = rules.claim_deadline(now, timeout)
         tx.write("""INSERT INTO dispatches (inbox_id, seq, key, mode, body, urgent, claimed_at,
-                                           deadline) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
-                 (box_id, seq, key, mode, body, urgent, now, deadline))
+                                           deadline, max_tries)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                 (box_id, seq, key, mode, body, urgent, now, deadline, max_tries))
         ids = tuple(int(i) for i, _, _ in held)
         tx.write("""UPDATE outbox SET state = 'sending', dispatch_key = %s
                     WHERE inbox_id = %s AND id = ANY(%s)""", (key, box_id, list(ids)))
         history.record(tx, now, "dispatch", key, "claimed",
                        detail=f"{len(ids)} message(s), {mode}{', urgent' if urgent else ''}")
         history.record_many(tx, now, "message", "sending", ((i, None, key) for i in ids))
-        return Dispatch(key, mode, body, ids, urgent, 1, deadline)
+        return Dispatch(key, mode, body, ids, urgent, 1, deadline, max_tries)
 
 
 def settle(conn: Connection[Any], box_id: int, key: str, outcome: SendOutcome, now: int,
@@ -177,11 +183,12 @@ def settle(conn: Connection[Any], box_id: int, key: str, outcome: SendOutcome, n
     ``sent``: a certain delivery settles the dispatch whichever try made it.
     """
     with locked(conn, box_id) as (tx, _):
-        row = tx.read("""SELECT state, mode, tries FROM dispatches
+        row = tx.read("""SELECT state, mode, tries, max_tries FROM dispatches
                          WHERE inbox_id = %s AND key = %s""", (box_id, key)).fetchone()
         if row is None:
             return False
-        action = rules.on_settle(str(row[0]), str(row[1]), int(row[2]), attempt, outcome)
+        mode, tries, max_tries = str(row[1]), int(row[2]), int(row[3])
+        action = rules.on_settle(str(row[0]), mode, tries, attempt, outcome, max_tries)
         if action == "stale":
             return False
         if action == "late-sent":
@@ -194,17 +201,30 @@ def settle(conn: Connection[Any], box_id: int, key: str, outcome: SendOutcome, n
             history.record(tx, now, "dispatch", key, "failed", detail=error)
             history.record_many(tx, now, "message", "held again",
                                 ((i, None, error) for i in ids))
+        elif action == "retry":
+            # An earlier try may have delivered: the rows stay under this key.
+            tx.write("""UPDATE dispatches SET error = %s, deadline = %s
+                        WHERE inbox_id = %s AND key = %s""",
+                     (error, rules.resend_after(now, tries), box_id, key))
+            _note_error(tx, key, error)
+            history.record(tx, now, "dispatch", key, "failed",
+                           detail=rules.retry_detail(tries, max_tries, error))
         elif action == "park":
-            _park(tx, key, now, error or "outcome unknown")
+            _park(tx, key, now, rules.park_reason(mode, error, tries, max_tries))
         else:
             # at-least-once: the claim stays; the next dispatch after its deadline
             # resends the same rows under the same key.
             tx.write("UPDATE dispatches SET error = %s WHERE inbox_id = %s AND key = %s",
                      (error, box_id, key))
-            tx.write("UPDATE outbox SET error = %s WHERE inbox_id = %s AND dispatch_key = %s",
-                     (error, box_id, key))
+            _note_error(tx, key, error)
             history.record(tx, now, "dispatch", key, "unknown", detail=error)
         return True
+
+
+def _note_error(tx: Tx, key: str, error: str | None) -> None:
+    """The sender's word on the messages of a key that keeps them."""
+    tx.write("UPDATE outbox SET error = %s WHERE inbox_id = %s AND dispatch_key = %s",
+             (error, tx.id, key))
 
 
 def resolve(conn: Connection[Any], box_id: int, key: str, sent: bool, now: int) -> int:

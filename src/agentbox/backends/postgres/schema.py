@@ -83,7 +83,8 @@ CREATE TABLE inboxes (
     created_at bigint NOT NULL,
     lease_holder text,                          -- NULL: never leased
     lease_generation bigint NOT NULL DEFAULT 0,
-    lease_until bigint,
+    lease_until bigint,                         -- once released: when it was
+    lease_released boolean NOT NULL DEFAULT false,  -- free at any clock
     dispatch_seq bigint NOT NULL DEFAULT 0      -- the last dispatch number handed out
 )""",
     f"""
@@ -167,6 +168,7 @@ CREATE TABLE dispatches (
     claimed_at bigint NOT NULL,
     deadline bigint NOT NULL,
     tries bigint NOT NULL DEFAULT 1,
+    max_tries bigint NOT NULL CHECK (max_tries >= 1),  -- recorded on the claim, like mode
     finished_at bigint,
     error text,
     PRIMARY KEY (inbox_id, seq),

@@ -17,6 +17,7 @@ import psycopg
 
 from agentbox.backends.boundary import translating
 from agentbox.backends.postgres import db, history, inbox, lease
+from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import Status
 
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
@@ -194,10 +195,11 @@ class PostgresStore:
 
         return approvals.listing(self._reader(), now)
 
-    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int) -> Dispatch | Wait:
+    def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int,
+                       max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
         from agentbox.backends.postgres import outbox
 
-        return outbox.claim(self.conn, self._writing(), now, mode, gap, timeout)
+        return outbox.claim(self.conn, self._writing(), now, mode, gap, timeout, max_tries)
 
     def settle_dispatch(self, key: str, outcome: SendOutcome, now: int,
                         error: str | None = None, *, attempt: int) -> bool:

@@ -88,11 +88,8 @@ def _park_expired(conn: sqlite3.Connection,
     for key, mode, body, urgent, tries, max_tries in _expired(conn, now):
         if rules.on_expiry(mode, tries, max_tries) == "resend":
             left.append((key, mode, body, urgent, tries, max_tries))
-        elif mode == "at-most-once":
-            _park(conn, key, now, "claim deadline passed with the outcome unknown")
         else:
-            _park(conn, key, now, f"claim deadline passed with the outcome unknown after try "
-                                  f"{tries} of {max_tries}: no more tries")
+            _park(conn, key, now, rules.expiry_reason(mode, tries, max_tries))
     return left
 
 
@@ -107,7 +104,7 @@ def _take_over(conn: sqlite3.Connection, now: int, timeout: int) -> Dispatch | N
                  (tries + 1, deadline, now, key))
     ids = _message_ids(conn, key)
     history.record(conn, now, "dispatch", key, "resending",
-                   detail=f"try {tries + 1} of {max_tries} under the same key")
+                   detail=rules.resend_detail(tries + 1, max_tries))
     history.record_many(conn, now, "message", "resending", ((i, None, key) for i in ids))
     return Dispatch(key, mode, body, ids, bool(urgent), tries + 1, deadline, max_tries)
 
@@ -201,12 +198,9 @@ def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
                          (error, rules.resend_after(now, tries), key))
             conn.execute("UPDATE outbox SET error = ? WHERE dispatch_key = ?", (error, key))
             history.record(conn, now, "dispatch", key, "failed",
-                           detail=f"try {tries} of {max_tries}: {error}; kept under the same "
-                                  "key, which may have delivered already")
+                           detail=rules.retry_detail(tries, max_tries, error))
         elif action == "park":
-            if str(row[1]) == "at-least-once":  # out of tries
-                error = f"{error or 'outcome unknown'} (try {tries} of {max_tries}: no more tries)"
-            _park(conn, key, now, error or "outcome unknown")
+            _park(conn, key, now, rules.park_reason(str(row[1]), error, tries, max_tries))
         else:
             # at-least-once: the claim stays; the next dispatch after its deadline
             # resends the same rows under the same key.
