@@ -369,7 +369,10 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
     if is_url(target):
         with _postgres_driver():
             from agentbox.backends.postgres.store import PostgresStore
-        return PostgresStore(str(target), user, synchronous=synchronous)
+        if busy_timeout is None:
+            return PostgresStore(str(target), user, synchronous=synchronous)
+        return PostgresStore(str(target), user, synchronous=synchronous,
+                             lock_timeout=busy_timeout)
     from agentbox.backends.sqlite.store import SqliteStore
 
     store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders,

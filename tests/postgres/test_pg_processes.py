@@ -25,7 +25,9 @@ import pytest
 
 from agentbox.backends.postgres import lease
 from agentbox.backends.postgres.store import PostgresStore
+from agentbox.errors import Busy
 from agentbox.rules.outbox import CLAIM_GRACE
+from agentbox.store import open_store
 from contract.kit import say, states
 from proctools import alive, finish_proc, wait_for
 from runhelp import T0, records, started_pids
@@ -168,17 +170,18 @@ def test_a_locked_inbox_holds_up_its_own_writers_only(
     assert inbox("bob").status().events["done"] == 1
 
 
-def test_a_lock_held_past_the_lock_timeout_is_busy(
-        cli: Any, inbox: Inbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.backends.postgres import db
-
-    assert cli("ingest", "chat", "a1").code == 0
-    monkeypatch.setattr(db, "LOCK_TIMEOUT_S", 1)
-    with inbox_locked(inbox()):
-        result = cli("run", "--", "true")
-    assert result.code == 75
-    assert "database stayed busy" in result.err and result.err.count("\n") == 1
-    assert cli("ingest", "chat", "a2").code == 0  # never held up
+def test_a_lock_held_past_the_lock_timeout_is_busy(inbox: Inbox, pg_url: str) -> None:
+    impatient = open_store(pg_url, "alice", busy_timeout=0.5)
+    try:
+        with inbox_locked(inbox()):
+            with pytest.raises(Busy) as waited:
+                impatient.acquire("W", T0, TTL)
+            assert waited.value.exit_code == 75
+            assert "database stayed busy" in str(waited.value)
+            assert impatient.ingest("chat", "a1", "{}", T0).outcome == "stored"  # never held up
+        assert impatient.acquire("W", T0, TTL) == 1
+    finally:
+        impatient.close()
 
 
 def test_two_dispatchers_started_together_send_each_message_once(

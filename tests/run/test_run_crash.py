@@ -11,10 +11,10 @@ import signal
 import time
 
 import pytest
-from runhelp import T0, records, started_pids
 
 from engine.enginekit import actions, state
 from proctools import alive, finish_proc, wait_for
+from runhelp import T0, records, started_pids
 
 pytestmark = pytest.mark.slow
 TTL = 120  # the default lease_ttl

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runhelp import T0, records, started_pids
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.process import MAX_STDOUT
 from agentbox.worker import idempotency_key
 from engine.enginekit import actions, state
 from proctools import alive, wait_for
+from runhelp import T0, records, started_pids
 
 Cli = Callable[..., object]
 

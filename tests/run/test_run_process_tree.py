@@ -13,10 +13,10 @@ import sys
 import time
 
 import pytest
-from runhelp import T0
 
 from engine.enginekit import state
 from proctools import alive, children, finish_proc, gone_within, kill_all, tree_argv, tree_pids
+from runhelp import T0
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN = 1.0  # seconds after agentbox dies

@@ -13,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from runhelp import T0
 
 from engine.enginekit import state
 from proctools import finish_proc, read_line
+from runhelp import T0
 
 pytestmark = pytest.mark.slow
 

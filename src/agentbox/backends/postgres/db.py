@@ -116,12 +116,14 @@ def _reason(text: str) -> str:
     return text
 
 
-def session(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any]:
+def session(target: Target, synchronous: str = "FULL",
+            lock_timeout: float = LOCK_TIMEOUT_S) -> psycopg.Connection[Any]:
     """A connection in autocommit mode with the schema on its search path.
 
     ``synchronous`` is the SQLite word: anything but ``OFF`` means
     ``synchronous_commit = on``, whatever the server's default, so an
-    acknowledged write survives a crash of the server.
+    acknowledged write survives a crash of the server. ``lock_timeout``
+    (seconds) bounds a wait for an inbox's lock before :class:`Busy`.
     """
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -130,7 +132,8 @@ def session(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any
     except psycopg.ProgrammingError as exc:
         raise UsageError(f"{target.location}: not a usable PostgreSQL URL: "
                          f"{str(exc).strip()}") from None
-    settings = (f"-c search_path={target.schema} -c lock_timeout={LOCK_TIMEOUT_S}s "
+    settings = (f"-c search_path={target.schema} "
+                f"-c lock_timeout={max(1, round(lock_timeout * 1000))}ms "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s "
                 f"-c synchronous_commit={'off' if synchronous.upper() == 'OFF' else 'on'}")
     params["options"] = f"{params.get('options') or ''} {settings}".strip()
@@ -142,9 +145,10 @@ def session(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any
         raise translate(exc, target.location) from None
 
 
-def connect(target: Target, synchronous: str = "FULL") -> psycopg.Connection[Any]:
+def connect(target: Target, synchronous: str = "FULL",
+            lock_timeout: float = LOCK_TIMEOUT_S) -> psycopg.Connection[Any]:
     """Open a session (see :func:`session`) on a schema migrated to this version."""
-    conn = session(target, synchronous)
+    conn = session(target, synchronous, lock_timeout)
     try:
         migrate(conn, target)
     except psycopg.Error as exc:

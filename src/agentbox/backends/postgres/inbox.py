@@ -14,7 +14,6 @@ from typing import Any
 
 from psycopg import Connection
 
-from agentbox.backends import INGEST_CHUNK, checked_chunks
 from agentbox.backends.postgres import history
 from agentbox.backends.postgres.db import Box, Tx, transaction
 from agentbox.backends.postgres.lease import locked
@@ -29,10 +28,19 @@ COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, availab
            "error, created_at, updated_at")
 
 # Stores events and counts them: (id, source, source_id) of each row stored.
+# Only the first line of a key, and only a key not stored yet, reaches the
+# INSERT: a conflicting row would still draw an id from the sequence, and the
+# ids of the events a batch stores are consecutive, as on SQLite (unless
+# another session stores one of its keys meanwhile: ON CONFLICT settles that).
 _INSERT = f"""
+fresh AS (
+    SELECT DISTINCT ON (source, source_id) * FROM items i
+    WHERE NOT EXISTS (SELECT FROM events e WHERE e.inbox_id = %(box)s
+                      AND e.source = i.source AND e.source_id = i.source_id)
+    ORDER BY source, source_id, n),
 stored AS (
     INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
-    SELECT %(box)s, source, source_id, payload, %(now)s, %(now)s FROM items ORDER BY n
+    SELECT %(box)s, source, source_id, payload, %(now)s, %(now)s FROM fresh ORDER BY n
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
     RETURNING id, source, source_id),
 counted AS (
@@ -99,31 +107,35 @@ def ingest(conn: Connection[Any], box_id: int, source: str, source_id: str, payl
 
 
 def ingest_many(conn: Connection[Any], box_id: int, items: Iterable[tuple[str, str, str]],
-                now: int, chunk: int = INGEST_CHUNK) -> list[IngestResult]:
-    """Store many events, in order: one statement stores each chunk of ``chunk``.
+                now: int) -> list[IngestResult]:
+    """Store many events in one transaction, in order; the caller sizes the batch.
 
-    A second reads back the standing copy of every key that was taken (by an
-    earlier line of the chunk, or before), to tell a duplicate from a conflict.
+    One statement stores (and counts) every new key; a second reads back the
+    standing copy of every other line's key, so a key repeated inside the
+    batch is a duplicate or conflict of its first line, as it would be line by
+    line.
     """
-    box = Box(conn, box_id)
-    results: list[IngestResult] = []
-    for batch in checked_chunks(items, chunk):
-        results.extend(_store_chunk(box, batch, now))
-    return results
+    batch = list(items)
+    for source, source_id, _ in batch:
+        check_key(source, source_id)
+    if not batch:
+        return []
+    with transaction(conn, box_id) as tx:
+        return _store_batch(tx, batch, now)
 
 
-def _store_chunk(box: Box, batch: list[tuple[str, str, str]], now: int) -> list[IngestResult]:
-    stored = {(str(s), str(i)): int(event_id) for event_id, s, i in box.read(
+def _store_batch(tx: Tx, batch: list[tuple[str, str, str]], now: int) -> list[IngestResult]:
+    stored = {(str(s), str(i)): int(event_id) for event_id, s, i in tx.read(
         f"""WITH items AS (SELECT * FROM unnest(%(sources)s::text[], %(ids)s::text[],
                                                %(payloads)s::text[]) WITH ORDINALITY
                            AS i (source, source_id, payload, n)),
             {_INSERT} SELECT id, source, source_id FROM stored""",
         {"sources": [s for s, _, _ in batch], "ids": [i for _, i, _ in batch],
-         "payloads": [p for _, _, p in batch], "box": box.id, "now": now}).fetchall()}
+         "payloads": [p for _, _, p in batch], "box": tx.id, "now": now}).fetchall()}
     first = {key: n for n, key in reversed(list(enumerate((s, i) for s, i, _ in batch)))
-             if key in stored}  # the line of the chunk that stored each key
+             if key in stored}  # the line of the batch that stored each key
     taken = [(n, item) for n, item in enumerate(batch) if first.get(item[:2]) != n]
-    standing = {int(n): (int(event_id), bool(same)) for n, event_id, same in box.read(
+    standing = {int(n): (int(event_id), bool(same)) for n, event_id, same in tx.read(
         """SELECT i.n, e.id, e.payload = i.payload
            FROM unnest(%(ns)s::int[], %(sources)s::text[], %(ids)s::text[],
                        %(payloads)s::text[]) AS i (n, source, source_id, payload)
@@ -131,7 +143,7 @@ def _store_chunk(box: Box, batch: list[tuple[str, str, str]], now: int) -> list[
                         AND e.source_id = i.source_id""",
         {"ns": [n for n, _ in taken], "sources": [s for _, (s, _, _) in taken],
          "ids": [i for _, (_, i, _) in taken], "payloads": [p for _, (_, _, p) in taken],
-         "box": box.id}).fetchall()} if taken else {}
+         "box": tx.id}).fetchall()} if taken else {}
     results: list[IngestResult] = []
     conflicts: list[tuple[int, str]] = []
     for n, (source, source_id, payload) in enumerate(batch):
@@ -139,7 +151,7 @@ def _store_chunk(box: Box, batch: list[tuple[str, str, str]], now: int) -> list[
             results.append(IngestResult("stored", stored[source, source_id], source,
                                         source_id))
         elif n not in standing:  # gone again since (pruned): this line stores it anew
-            results.append(store_in(box, source, source_id, payload, now))
+            results.append(store_in(tx, source, source_id, payload, now))
         else:
             event_id, same = standing[n]
             results.append(IngestResult("duplicate" if same else "conflict", event_id,
@@ -147,7 +159,7 @@ def _store_chunk(box: Box, batch: list[tuple[str, str, str]], now: int) -> list[
             if not same:
                 conflicts.append((event_id, payload))
     if conflicts:
-        _record_conflicts(box, now, conflicts)
+        _record_conflicts(tx, now, conflicts)
     return results
 
 

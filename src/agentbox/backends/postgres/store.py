@@ -47,13 +47,14 @@ _NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
 class PostgresStore:
     """The inbox of ``user`` in the database (and schema) a URL names."""
 
-    def __init__(self, url: str, user: str, *, synchronous: str = "FULL") -> None:
+    def __init__(self, url: str, user: str, *, synchronous: str = "FULL",
+                 lock_timeout: float = db.LOCK_TIMEOUT_S) -> None:
         from agentbox.paths import check_user
 
         self.user = check_user(user)
         target = db.parse(url)
         self.location = target.location
-        self.conn: psycopg.Connection[Any] = db.connect(target, synchronous)
+        self.conn: psycopg.Connection[Any] = db.connect(target, synchronous, lock_timeout)
         try:
             self._box = db.find_inbox(self.conn, self.user)
         except psycopg.Error as exc:
