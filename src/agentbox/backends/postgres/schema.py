@@ -128,6 +128,8 @@ CREATE TABLE timers (
     event_id text,
     done boolean NOT NULL DEFAULT false,
     created_at bigint NOT NULL,
+    cron text,                                  -- a calendar schedule: a cron expression
+    tz text CHECK ((tz IS NULL) = (cron IS NULL)),  -- read in this IANA time zone
     PRIMARY KEY (inbox_id, name)
 )""",
     "CREATE INDEX timers_due ON timers (inbox_id, due) WHERE NOT done",

@@ -19,7 +19,8 @@ from agentbox.rules import timers as rules
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import AddOutcome, Event, Timer, TimerSpec
 
-_COLUMNS = "name, due, every, payload, catch_up, event_source, event_id, done, created_at"
+_COLUMNS = ("name, due, every, payload, catch_up, event_source, event_id, done, created_at, "
+            "cron, tz")
 
 
 def _select(box: Box, where: str, params: tuple[Any, ...] = ()) -> list[Timer]:
@@ -40,13 +41,14 @@ def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool = False) -> AddOutco
         return outcome
     tx.write(
         f"""INSERT INTO timers (inbox_id, {_COLUMNS})
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false, %s)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false, %s, %s, %s)
             ON CONFLICT (inbox_id, name) DO UPDATE SET (due, every, payload, catch_up,
-                event_source, event_id, done, created_at) = (excluded.due, excluded.every,
-                excluded.payload, excluded.catch_up, excluded.event_source, excluded.event_id,
-                excluded.done, excluded.created_at)""",
+                event_source, event_id, done, created_at, cron, tz) = (excluded.due,
+                excluded.every, excluded.payload, excluded.catch_up, excluded.event_source,
+                excluded.event_id, excluded.done, excluded.created_at, excluded.cron,
+                excluded.tz)""",
         (tx.id, spec.name, spec.due, spec.every, spec.payload, spec.catch_up,
-         spec.event_source, spec.event_id, now))
+         spec.event_source, spec.event_id, now, spec.cron, spec.tz))
     history.record(tx, now, "timer", spec.name, outcome, detail=f"due {spec.due}")
     return outcome
 
@@ -99,8 +101,8 @@ def tick(conn: Connection[Any], box_id: int, now: int, policy: Policy | None = N
     with locked(conn, box_id) as (tx, _):
         due = _due(tx, now)
         for timer in due:
-            owed = rules.occurrences(timer, now, policy)
-            for at, skipped in owed:
+            owed = rules.owed(timer, now, policy)
+            for at, skipped in owed.events:
                 source, source_id = rules.event_key(timer, at)
                 stored = inbox.store_in(tx, source, source_id,
                                         rules.event_body(timer, at, skipped, now), now,
@@ -108,11 +110,10 @@ def tick(conn: Connection[Any], box_id: int, now: int, policy: Policy | None = N
                 history.record(tx, now, "timer", timer.name, "fired",
                                detail=f"scheduled for {at}, skipped {skipped}: event "
                                       f"{stored.id} {stored.outcome}")
-            following = rules.next_due(timer, owed)
-            if following is None:
+            if owed.next_due is None:
                 tx.write("UPDATE timers SET done = true WHERE inbox_id = %s AND name = %s",
                          (box_id, timer.name))
             else:
                 tx.write("UPDATE timers SET due = %s WHERE inbox_id = %s AND name = %s",
-                         (following, box_id, timer.name))
+                         (owed.next_due, box_id, timer.name))
         return len(due)
