@@ -27,12 +27,35 @@ _RACE_RETRIES = 3
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
            "error, created_at, updated_at")
 
-# Stores events and counts them: (id, source, source_id) of each row stored.
-# Only the first line of a key, and only a key not stored yet, reaches the
-# INSERT: a conflicting row would still draw an id from the sequence, and the
-# ids of the events a batch stores are consecutive, as on SQLite (unless
-# another session stores one of its keys meanwhile: ON CONFLICT settles that).
-_INSERT = f"""
+# New events are pending: the statement that stores them adds them to a
+# slot of the tally (see schema.INGEST_SLOT).
+_COUNT = f"""
+counted AS (
+    INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
+    SELECT %(box)s, 'events', 'pending', {INGEST_SLOT}, COUNT(*) FROM stored
+    HAVING COUNT(*) > 0
+    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n)"""
+
+# One event, stored and counted: its id, or no row when the key is taken (a
+# duplicate draws an id from the sequence: ids are unique, not consecutive).
+STORE = f"""
+WITH stored AS (
+    INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
+    VALUES (%(box)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s)
+    ON CONFLICT (inbox_id, source, source_id) DO NOTHING
+    RETURNING id),
+{_COUNT}
+SELECT id FROM stored"""
+
+# A batch of events, stored and counted: (id, source, source_id) of each row
+# stored. Only the first line of a key, and only a key not stored yet, reaches
+# the INSERT, so the events a batch stores get consecutive ids, as on SQLite
+# (unless another session stores one of its keys meanwhile: ON CONFLICT
+# settles that). Checking first costs a single event a third of its speed.
+_STORE_BATCH = f"""
+WITH items AS (
+    SELECT * FROM unnest(%(sources)s::text[], %(ids)s::text[], %(payloads)s::text[])
+    WITH ORDINALITY AS i (source, source_id, payload, n)),
 fresh AS (
     SELECT DISTINCT ON (source, source_id) * FROM items i
     WHERE NOT EXISTS (SELECT FROM events e WHERE e.inbox_id = %(box)s
@@ -43,18 +66,8 @@ stored AS (
     SELECT %(box)s, source, source_id, payload, %(now)s, %(now)s FROM fresh ORDER BY n
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
     RETURNING id, source, source_id),
-counted AS (
-    INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
-    SELECT %(box)s, 'events', 'pending', {INGEST_SLOT}, COUNT(*) FROM stored
-    HAVING COUNT(*) > 0
-    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n)"""
-
-# One event, stored and counted: its id, or no row when the key is taken.
-STORE = f"""
-WITH items AS (SELECT %(source)s::text AS source, %(source_id)s::text AS source_id,
-                      %(payload)s::text AS payload, 1 AS n),
-{_INSERT}
-SELECT id FROM stored"""
+{_COUNT}
+SELECT id, source, source_id FROM stored"""
 
 # The copy standing under a key: (id, same payload?). A statement of its own, so
 # that it sees a copy another session committed while the INSERT waited for it.
@@ -126,11 +139,7 @@ def ingest_many(conn: Connection[Any], box_id: int, items: Iterable[tuple[str, s
 
 def _store_batch(tx: Tx, batch: list[tuple[str, str, str]], now: int) -> list[IngestResult]:
     stored = {(str(s), str(i)): int(event_id) for event_id, s, i in tx.read(
-        f"""WITH items AS (SELECT * FROM unnest(%(sources)s::text[], %(ids)s::text[],
-                                               %(payloads)s::text[]) WITH ORDINALITY
-                           AS i (source, source_id, payload, n)),
-            {_INSERT} SELECT id, source, source_id FROM stored""",
-        {"sources": [s for s, _, _ in batch], "ids": [i for _, i, _ in batch],
+        _STORE_BATCH, {"sources": [s for s, _, _ in batch], "ids": [i for _, i, _ in batch],
          "payloads": [p for _, _, p in batch], "box": tx.id, "now": now}).fetchall()}
     first = {key: n for n, key in reversed(list(enumerate((s, i) for s, i, _ in batch)))
              if key in stored}  # the line of the batch that stored each key
