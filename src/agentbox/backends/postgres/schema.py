@@ -7,9 +7,9 @@ Every inbox of the database shares these tables: the ``inboxes`` row of a
 user carries its lease (so taking the inbox lock reads the fence in the same
 statement) and its dispatch counter; every other row carries ``inbox_id``.
 Ids of events and messages come from one sequence per table, so they are
-unique across the database and never reused. Text that keys or orders rows
+unique across the database and never reused. Text that keys, indexes or orders rows
 compares in code point order (``COLLATE "C"``), as in SQLite, whatever the
-database's collation. There are no foreign keys: an
+database's collation: byte comparisons, the cheapest PostgreSQL has. There are no foreign keys: an
 ``inbox_id`` always comes from the ``inboxes`` row the store resolved, and a
 foreign key check would lock that row on every ingest.
 """
@@ -94,7 +94,7 @@ CREATE TABLE events (
     source text COLLATE "C" NOT NULL,
     source_id text COLLATE "C" NOT NULL,
     payload text NOT NULL,                      -- canonical JSON object, byte for byte
-    status text NOT NULL DEFAULT 'pending' CHECK (status IN {_among(EVENT_STATES)}),
+    status text COLLATE "C" NOT NULL DEFAULT 'pending' CHECK (status IN {_among(EVENT_STATES)}),
     attempts bigint NOT NULL DEFAULT 0,         -- counted at claim time
     claim_gen bigint,                           -- lease generation of the last claim
     available_at bigint NOT NULL DEFAULT 0,     -- retry backoff
@@ -109,7 +109,7 @@ CREATE TABLE history (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     inbox_id integer NOT NULL,
     at bigint NOT NULL,
-    subject text NOT NULL,                      -- event | message | dispatch | timer | approval
+    subject text COLLATE "C" NOT NULL,          -- event | message | dispatch | timer | approval
     subject_id text COLLATE "C" NOT NULL,
     action text NOT NULL,
     generation bigint,
@@ -148,8 +148,8 @@ CREATE TABLE outbox (
     inbox_id integer NOT NULL,
     body text NOT NULL,
     urgent boolean NOT NULL DEFAULT false,
-    state text NOT NULL DEFAULT 'held' CHECK (state IN {_among(OUTBOX_STATES)}),
-    dispatch_key text,
+    state text COLLATE "C" NOT NULL DEFAULT 'held' CHECK (state IN {_among(OUTBOX_STATES)}),
+    dispatch_key text COLLATE "C",
     generation bigint,
     created_at bigint NOT NULL,
     sent_at bigint,
@@ -164,7 +164,7 @@ CREATE TABLE dispatches (
     seq bigint NOT NULL,
     key text COLLATE "C" NOT NULL,
     mode text NOT NULL CHECK (mode IN {_among(DELIVERY_MODES)}),
-    state text NOT NULL DEFAULT 'sending' CHECK (state IN {_among(DISPATCH_STATES)}),
+    state text COLLATE "C" NOT NULL DEFAULT 'sending' CHECK (state IN {_among(DISPATCH_STATES)}),
     body text NOT NULL,
     urgent boolean NOT NULL DEFAULT false,
     claimed_at bigint NOT NULL,
@@ -181,8 +181,8 @@ CREATE TABLE dispatches (
     """
 CREATE TABLE state_counts (
     inbox_id integer NOT NULL,
-    tbl text NOT NULL,
-    state text NOT NULL,
+    tbl text COLLATE "C" NOT NULL,
+    state text COLLATE "C" NOT NULL,
     slot integer NOT NULL,
     n bigint NOT NULL,
     PRIMARY KEY (inbox_id, tbl, state, slot)
