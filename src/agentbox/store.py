@@ -370,8 +370,8 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
         with _postgres_driver():
             from agentbox.backends.postgres.store import PostgresStore
         if busy_timeout is None:
-            return PostgresStore(str(target), user, synchronous=synchronous)
-        return PostgresStore(str(target), user, synchronous=synchronous,
+            return PostgresStore(str(target), user, synchronous=synchronous, create=create)
+        return PostgresStore(str(target), user, synchronous=synchronous, create=create,
                              lock_timeout=busy_timeout)
     from agentbox.backends.sqlite.store import SqliteStore
 
@@ -412,11 +412,11 @@ class Inboxes(Protocol):
 
 def open_inboxes(target: str | os.PathLike[str]) -> Inboxes:
     """Every inbox at ``target``: a folder of SQLite files, or a PostgreSQL URL."""
-    from agentbox.errors import UsageError
 
     if is_url(target):
-        raise UsageError("serving every inbox of a PostgreSQL database needs the PostgreSQL "
-                         "backend, which this installation does not have")
+        with _postgres_driver():
+            from agentbox.backends.postgres.inboxes import PostgresInboxes
+        return PostgresInboxes(str(target))
     from agentbox.backends.sqlite.inboxes import SqliteInboxes
 
     return SqliteInboxes(Path(target))
@@ -424,9 +424,14 @@ def open_inboxes(target: str | os.PathLike[str]) -> Inboxes:
 
 def empty_view(location: str) -> Store:
     """An empty inbox that refuses every write, for ``location`` where none exists:
-    a command that only reads answers from it as from a new inbox."""
+    a command that only reads answers from it as from a new inbox (a PostgreSQL
+    URL is shown without its password)."""
     from agentbox.backends.sqlite.store import SqliteStore
 
+    if is_url(location):
+        from agentbox.backends.postgres.url import parse
+
+        location = parse(location).location
     return SqliteStore.empty(location)
 
 

@@ -1,4 +1,4 @@
-"""Connecting to PostgreSQL: the URL, the schema, migrations, transactions, errors.
+"""Connecting to PostgreSQL: sessions, the schema, migrations, transactions, errors.
 
 Every inbox of a database lives in one PostgreSQL schema (``agentbox`` unless
 the URL says ``?schema=NAME``), one row of its ``inboxes`` table per user.
@@ -14,22 +14,18 @@ decisions need, plus one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 
 from agentbox.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
-from agentbox.errors import BadInput, Busy, DatabaseError, UsageError
+from agentbox.backends.postgres.url import Target, parse, with_schema
+from agentbox.errors import BadInput, Busy, DatabaseError, NoInbox, UsageError
 
-DEFAULT_SCHEMA = "agentbox"
-SCHEMA_PARAM = "schema"
 LOCK_TIMEOUT_S = 30  # as long as SQLite's busy timeout: then Busy (exit 75)
 # A process stopped inside a transaction (SIGSTOP, a debugger) would hold its
 # inbox's lock for good; the server ends such a session after this long.
@@ -37,54 +33,11 @@ IDLE_IN_TRANSACTION_S = 15
 CONNECT_TIMEOUT_S = 10
 # The advisory lock that serialises migrations: "AGBX" and the schema's hash.
 _MIGRATION_LOCK = 0x41474258
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # SQLSTATEs a retry can cure: lock_timeout, serialization and deadlock
 # failures, too many connections, a server starting up or shutting down.
 _TRANSIENT = {"55P03", "40001", "40P01", "53300", "57P03"}
 IDLE = TransactionStatus.IDLE
 Params = Sequence[Any] | Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed ``postgresql://`` URL."""
-
-    conninfo: str  # for libpq: the URL without agentbox's own parameter
-    schema: str
-    location: str  # the URL without its password, for people and `status`
-
-
-def parse(url: str) -> Target:
-    """Split a URL into what libpq gets, the schema, and a location safe to show.
-
-    ``?schema=NAME`` (lower-case letters, digits and ``_``) picks the schema;
-    every other parameter is libpq's. A password in the URL, or in a
-    ``password`` parameter, never reaches the location.
-    """
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [v for k, v in query if k == SCHEMA_PARAM]
-    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise UsageError(f"schema {schema!r} in the database URL: use 1-63 lower-case "
-                         "letters, digits or '_', not starting with a digit")
-    kept = [(k, v) for k, v in query if k != SCHEMA_PARAM]
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    shown_query = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
-    location = urlunsplit((parts.scheme, f"{user}{at}{hosts}", parts.path, shown_query, ""))
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
-                           urlencode(kept, quote_via=quote), ""))
-    return Target(conninfo, schema, location)
-
-
-def with_schema(url: str, schema: str) -> str:
-    """``url`` naming ``schema`` instead of whatever schema it named."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if k != SCHEMA_PARAM] + [(SCHEMA_PARAM, schema)]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path,
-                       urlencode(query, quote_via=quote), ""))
 
 
 def translate(exc: psycopg.Error, where: str) -> Exception:
@@ -145,11 +98,17 @@ def session(target: Target, synchronous: str = "FULL",
         raise translate(exc, target.location) from None
 
 
-def connect(target: Target, synchronous: str = "FULL",
-            lock_timeout: float = LOCK_TIMEOUT_S) -> psycopg.Connection[Any]:
-    """Open a session (see :func:`session`) on a schema migrated to this version."""
+def connect(target: Target, synchronous: str = "FULL", lock_timeout: float = LOCK_TIMEOUT_S,
+            create: bool = True) -> psycopg.Connection[Any]:
+    """Open a session (see :func:`session`) on a schema migrated to this version.
+
+    Without ``create`` a schema that has no tables yet is :class:`NoInbox`,
+    and nothing is made.
+    """
     conn = session(target, synchronous, lock_timeout)
     try:
+        if not create and _version(conn) is None:
+            raise NoInbox(target.location)
         migrate(conn, target)
     except psycopg.Error as exc:
         conn.close()

@@ -20,32 +20,40 @@ from agentbox.backends.postgres.lease import locked
 from agentbox.backends.postgres.schema import INGEST_SLOT
 from agentbox.errors import Busy
 from agentbox.rules.keys import check_key, conflict_detail, prefix_bound
-from agentbox.rules.records import Event, IngestResult
+from agentbox.rules.records import Event, IngestOutcome, IngestResult
 
 _RACE_RETRIES = 3
 
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
            "error, created_at, updated_at")
 
-# New events are pending: the statement that stores them adds them to a
-# slot of the tally (see schema.INGEST_SLOT).
+# New events are pending: the statement that stores them adds them to a slot
+# of the tally (see schema.INGEST_SLOT), and wakes the inbox's watchers.
 _COUNT = f"""
 counted AS (
     INSERT INTO state_counts (inbox_id, tbl, state, slot, n)
     SELECT %(box)s, 'events', 'pending', {INGEST_SLOT}, COUNT(*) FROM stored
     HAVING COUNT(*) > 0
-    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n)"""
+    ON CONFLICT (inbox_id, tbl, state, slot) DO UPDATE SET n = state_counts.n + excluded.n),
+woken AS (
+    SELECT pg_notify(current_schema(), %(box)s::text) FROM stored LIMIT 1)"""
+
+# A key still remembered after its event was pruned is not stored again.
+_NOT_REMEMBERED = """NOT EXISTS (
+    SELECT FROM pruned_keys p WHERE p.inbox_id = %(box)s AND p.source = {source}
+    AND p.source_id = {source_id} AND p.until > %(now)s)"""
 
 # One event, stored and counted: its id, or no row when the key is taken (a
 # duplicate draws an id from the sequence: ids are unique, not consecutive).
 STORE = f"""
 WITH stored AS (
     INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
-    VALUES (%(box)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s)
+    SELECT %(box)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s
+    WHERE {_NOT_REMEMBERED.format(source="%(source)s", source_id="%(source_id)s")}
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
     RETURNING id),
 {_COUNT}
-SELECT id FROM stored"""
+SELECT id FROM stored, (SELECT count(*) FROM woken) w"""
 
 # A batch of events, stored and counted: (id, source, source_id) of each row
 # stored. Only the first line of a key, and only a key not stored yet, reaches
@@ -60,6 +68,7 @@ fresh AS (
     SELECT DISTINCT ON (source, source_id) * FROM items i
     WHERE NOT EXISTS (SELECT FROM events e WHERE e.inbox_id = %(box)s
                       AND e.source = i.source AND e.source_id = i.source_id)
+      AND {_NOT_REMEMBERED.format(source="i.source", source_id="i.source_id")}
     ORDER BY source, source_id, n),
 stored AS (
     INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
@@ -67,12 +76,31 @@ stored AS (
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
     RETURNING id, source, source_id),
 {_COUNT}
-SELECT id, source, source_id FROM stored"""
+SELECT id, source, source_id FROM stored, (SELECT count(*) FROM woken) w"""
 
 # The copy standing under a key: (id, same payload?). A statement of its own, so
 # that it sees a copy another session committed while the INSERT waited for it.
 _STANDING = """SELECT id, payload = %(payload)s FROM events
                WHERE inbox_id = %(box)s AND source = %(source)s AND source_id = %(source_id)s"""
+
+
+def _remembered(box: Box, source: str, source_id: str, payload: str,
+                now: int) -> IngestResult | None:
+    """A key whose event was pruned inside the dedupe window, compared by digest;
+    None when the key is not remembered (it was pruned meanwhile: store it anew).
+
+    A conflict is not written into the pruned event's history (it has none
+    left); the caller is told all the same.
+    """
+    from agentbox.rules.retention import digest
+
+    row = box.read("""SELECT event_id, digest FROM pruned_keys
+                      WHERE inbox_id = %s AND source = %s AND source_id = %s AND until > %s""",
+                   (box.id, source, source_id, now)).fetchone()
+    if row is None:
+        return None
+    outcome: IngestOutcome = "duplicate" if digest(payload) == bytes(row[1]) else "conflict"
+    return IngestResult(outcome, int(row[0]), source, source_id)
 
 
 def store_in(box: Box, source: str, source_id: str, payload: str, now: int,
@@ -89,8 +117,12 @@ def store_in(box: Box, source: str, source_id: str, payload: str, now: int,
         if stored is not None:
             return IngestResult("stored", int(stored[0]), source, source_id)
         standing = box.read(_STANDING, args).fetchone()
-        if standing is not None:  # else it was deleted (pruned) since: store ours
+        if standing is not None:
             break
+        remembered = _remembered(box, source, source_id, payload, now)
+        if remembered is not None:
+            return remembered
+        # else it was pruned, and forgotten, since: store ours
     else:
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
     event_id, same = int(standing[0]), bool(standing[1])
@@ -159,7 +191,7 @@ def _store_batch(tx: Tx, batch: list[tuple[str, str, str]], now: int) -> list[In
         if first.get((source, source_id)) == n:
             results.append(IngestResult("stored", stored[source, source_id], source,
                                         source_id))
-        elif n not in standing:  # gone again since (pruned): this line stores it anew
+        elif n not in standing:  # remembered after a prune, or pruned since: one by one
             results.append(store_in(tx, source, source_id, payload, now))
         else:
             event_id, same = standing[n]
@@ -196,6 +228,35 @@ def with_key_prefix(box: Box, source: str, prefix: str) -> list[Event]:
     """
     return events_where(box, "source = %s AND source_id >= %s AND source_id < %s ORDER BY id",
                         (source, prefix, prefix_bound(prefix)))
+
+
+def listing(box: Box, states: Sequence[str], source: str | None, since: int | None,
+            until: int | None, before: int | None, limit: int) -> list[Event]:
+    """The newest ``limit`` events that match, oldest first.
+
+    One walk per state asked for down the (inbox_id, status, id) index from
+    the newest (with none asked for, one down the (inbox_id, id) key), each
+    stopping at ``limit`` matches, merged in one query: a short state is
+    found at once, and other inboxes' rows are never read.
+    """
+    where = "inbox_id = %(box)s"
+    params: dict[str, object] = {"box": box.id, "limit": limit}
+    for clause, name, value in (("source = %(source)s", "source", source),
+                                ("created_at >= %(since)s", "since", since),
+                                ("created_at < %(until)s", "until", until),
+                                ("id < %(before)s", "before", before)):
+        if value is not None:
+            where += f" AND {clause}"
+            params[name] = value
+    walks = []
+    for n, state in enumerate(dict.fromkeys(states) or (None,)):
+        params[f"s{n}"] = state
+        walks.append(f"(SELECT {COLUMNS} FROM events WHERE {where}"
+                     f"{'' if state is None else f' AND status = %(s{n})s'} "
+                     "ORDER BY id DESC LIMIT %(limit)s)")
+    rows = box.read(f"SELECT * FROM ({' UNION ALL '.join(walks)}) newest "
+                    "ORDER BY id DESC LIMIT %(limit)s", params).fetchall()
+    return [Event(*row) for row in reversed(rows)]
 
 
 def dead(box: Box, limit: int | None = None) -> list[Event]:

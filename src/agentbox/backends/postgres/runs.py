@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection
 
 from agentbox.backends.postgres import approvals, history, outbox, timers
-from agentbox.backends.postgres.db import Tx
+from agentbox.backends.postgres import lease as leases
+from agentbox.backends.postgres.db import Box, Tx
 from agentbox.backends.postgres.inbox import COLUMNS
 from agentbox.backends.postgres.lease import locked
 from agentbox.rules import inbox as rules
@@ -88,6 +89,7 @@ def claim(conn: Connection[Any], box_id: int, holder: str, generation: int, now:
     with locked(conn, box_id) as (tx, lease):
         if not holds(lease, holder, generation, now):
             return None
+        tx.write("UPDATE inboxes SET last_run = %s WHERE id = %s", (now, box_id))
         found = _read(tx, _CANDIDATES, args)
         if found["abandoned"]:
             _requeue(tx, found["abandoned"], now, policy)
@@ -165,3 +167,57 @@ def fail(conn: Connection[Any], box_id: int, holder: str, generation: int, now: 
                 history.record(tx, now, "event", event_id, "dead", generation,
                                then.dead_reason)
         return True
+
+
+def interrupt(conn: Connection[Any], box_id: int, holder: str, generation: int, now: int,
+              ids: Sequence[int]) -> bool:
+    """Give a stopped run's events back to pending, each with its attempt given back."""
+    with locked(conn, box_id) as (tx, lease):
+        mine = _fenced(tx, lease, holder, generation, now, ids)
+        if mine is None:
+            return False
+        for event_id, attempts in sorted(mine.items()):
+            tx.write("""UPDATE events SET status = 'pending', attempts = %s, updated_at = %s
+                        WHERE inbox_id = %s AND id = %s""",
+                     (rules.given_back(attempts), now, box_id, event_id))
+        history.record_many(tx, now, "event", "interrupted",
+                            ((i, generation, rules.interrupted(a))
+                             for i, a in sorted(mine.items())))
+        return True
+
+
+# What rules.inbox.next_work needs of each inbox, in one query: a pending event
+# available now (found by the index, without taking the minimum over a long
+# queue), else the earliest; whether any is running; the next timer; the lease.
+_WORK = f"""
+SELECT i.name,
+       COALESCE((SELECT available_at FROM events e WHERE e.inbox_id = i.id
+                 AND status = 'pending' AND available_at <= %(now)s LIMIT 1),
+                (SELECT MIN(available_at) FROM events e WHERE e.inbox_id = i.id
+                 AND status = 'pending')),
+       EXISTS (SELECT FROM events e WHERE e.inbox_id = i.id AND status = 'running'),
+       (SELECT MIN(due) FROM timers t WHERE t.inbox_id = i.id AND NOT done),
+       {leases.COLUMNS}
+FROM inboxes i"""
+
+
+def _work(rows: list[tuple[Any, ...]], now: int) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for name, first, running, timer, *lease in rows:
+        due = rules.next_work(first, timer, bool(running), leases.from_row(lease), now)
+        if due is not None:
+            found[str(name)] = due
+    return found
+
+
+def next_work(box: Box, now: int) -> int | None:
+    """When a run next has something to do in this inbox (see rules.inbox.next_work)."""
+    rows = box.read(f"{_WORK} WHERE i.id = %(box)s", {"box": box.id, "now": now}).fetchall()
+    return next(iter(_work(rows, now).values()), None)
+
+
+def next_work_of(conn: Connection[Any], users: Sequence[str], now: int) -> dict[str, int]:
+    """:func:`next_work` of each of ``users`` that has anything scheduled, in one query."""
+    rows = conn.execute(f"{_WORK} WHERE i.name = ANY(%(users)s)",
+                        {"users": list(users), "now": now}).fetchall()
+    return _work(rows, now)

@@ -3,15 +3,17 @@
 Migration N brings a schema from version N-1 to N. Never edit a migration
 that has shipped; append a new one.
 
-Every inbox of the database shares these tables: the ``inboxes`` row of a
-user carries its lease (so taking the inbox lock reads the fence in the same
-statement) and its dispatch counter; every other row carries ``inbox_id``.
-Ids of events and messages come from one sequence per table, so they are
-unique across the database and never reused. Text that keys, indexes or orders rows
-compares in code point order (``COLLATE "C"``), as in SQLite, whatever the
-database's collation: byte comparisons, the cheapest PostgreSQL has. There are no foreign keys: an
-``inbox_id`` always comes from the ``inboxes`` row the store resolved, and a
-foreign key check would lock that row on every ingest.
+Every inbox of the database shares these tables: the ``inboxes`` row of a user
+carries its lease (so taking the inbox lock reads the fence in the same
+statement) and its dispatch counter; every other row carries ``inbox_id``. Ids
+of events and messages come from one sequence per table, so they are unique
+across the database and never reused; each table's primary key is (inbox_id,
+id), so an inbox's newest rows are the end of one index walk. Text that keys,
+indexes or orders rows compares in code point order (``COLLATE "C"``), as in
+SQLite, whatever the database's collation: byte comparisons, the cheapest
+PostgreSQL has. There are no foreign keys: an ``inbox_id`` always comes from
+the ``inboxes`` row the store resolved, and a foreign key check would lock
+that row on every ingest.
 """
 
 from __future__ import annotations
@@ -69,6 +71,36 @@ FOR EACH STATEMENT EXECUTE FUNCTION {name}()""")
     return statements
 
 
+# A watcher sleeps on LISTEN (see .wake): every change to an inbox's rows, or to
+# its lease, notifies the schema's channel with the inbox's id, at commit. New
+# events notify from the statement that stores them (see .inbox). PostgreSQL
+# folds the same notification within a transaction into one.
+NOTIFIED = {"events": ("UPDATE", "DELETE"), "outbox": ("INSERT", "UPDATE"),
+            "dispatches": ("UPDATE",), "timers": ("INSERT", "UPDATE", "DELETE"),
+            "approvals": ("INSERT",)}
+
+
+def _wake_triggers() -> list[str]:
+    statements = ["""
+CREATE FUNCTION notify_inbox() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA, CASE TG_OP WHEN 'DELETE' THEN OLD.inbox_id
+                                                 ELSE NEW.inbox_id END::text);
+    RETURN NULL;
+END $$""", """
+CREATE FUNCTION notify_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA, NEW.id::text);
+    RETURN NULL;
+END $$""", """
+CREATE TRIGGER inboxes_wake AFTER UPDATE OF lease_holder, lease_generation, lease_until,
+    lease_released ON inboxes FOR EACH ROW EXECUTE FUNCTION notify_lease()"""]
+    statements += [f"""
+CREATE TRIGGER {table}_wake AFTER {" OR ".join(kinds)} ON {table}
+FOR EACH ROW EXECUTE FUNCTION notify_inbox()""" for table, kinds in NOTIFIED.items()]
+    return statements
+
+
 _V1: tuple[str, ...] = (
     """
 CREATE TABLE migrations (
@@ -85,12 +117,14 @@ CREATE TABLE inboxes (
     lease_generation bigint NOT NULL DEFAULT 0,
     lease_until bigint,                         -- once released: when it was
     lease_released boolean NOT NULL DEFAULT false,  -- free at any clock
-    dispatch_seq bigint NOT NULL DEFAULT 0      -- the last dispatch number handed out
+    dispatch_seq bigint NOT NULL DEFAULT 0,     -- the last dispatch number handed out
+    last_run bigint,                            -- when a run last claimed
+    last_prune bigint                           -- when a prune last completed
 )""",
     f"""
 CREATE TABLE events (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     inbox_id integer NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     source text COLLATE "C" NOT NULL,
     source_id text COLLATE "C" NOT NULL,
     payload text NOT NULL,                      -- canonical JSON object, byte for byte
@@ -101,19 +135,21 @@ CREATE TABLE events (
     error text,
     created_at bigint NOT NULL,                 -- also the 'stored' line of its story
     updated_at bigint NOT NULL,
+    PRIMARY KEY (inbox_id, id),
     UNIQUE (inbox_id, source, source_id)
 )""",
     "CREATE INDEX events_by_status ON events (inbox_id, status, id)",
     """
 CREATE TABLE history (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     inbox_id integer NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     at bigint NOT NULL,
     subject text COLLATE "C" NOT NULL,          -- event | message | dispatch | timer | approval
     subject_id text COLLATE "C" NOT NULL,
     action text NOT NULL,
     generation bigint,
-    detail text
+    detail text,
+    PRIMARY KEY (inbox_id, id)
 )""",
     "CREATE INDEX history_by_subject ON history (inbox_id, subject, subject_id, id)",
     f"""
@@ -144,8 +180,8 @@ CREATE TABLE approvals (
 )""",
     f"""
 CREATE TABLE outbox (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     inbox_id integer NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     body text NOT NULL,
     urgent boolean NOT NULL DEFAULT false,
     state text COLLATE "C" NOT NULL DEFAULT 'held' CHECK (state IN {_among(OUTBOX_STATES)}),
@@ -153,7 +189,8 @@ CREATE TABLE outbox (
     generation bigint,
     created_at bigint NOT NULL,
     sent_at bigint,
-    error text
+    error text,
+    PRIMARY KEY (inbox_id, id)
 )""",
     "CREATE INDEX outbox_by_state ON outbox (inbox_id, state, id)",
     """CREATE INDEX outbox_by_dispatch ON outbox (inbox_id, dispatch_key)
@@ -179,6 +216,16 @@ CREATE TABLE dispatches (
     "CREATE INDEX dispatches_open ON dispatches (inbox_id, state, deadline)",
     "CREATE INDEX dispatches_by_claim ON dispatches (inbox_id, state, claimed_at)",
     """
+CREATE TABLE pruned_keys (
+    inbox_id integer NOT NULL,
+    source text COLLATE "C" NOT NULL,
+    source_id text COLLATE "C" NOT NULL,
+    digest bytea NOT NULL,                      -- of the canonical payload (rules.retention)
+    event_id bigint NOT NULL,                   -- the pruned event, named to a redelivery
+    until bigint NOT NULL,                      -- remembered until then
+    PRIMARY KEY (inbox_id, source, source_id)
+)""",
+    """
 CREATE TABLE state_counts (
     inbox_id integer NOT NULL,
     tbl text COLLATE "C" NOT NULL,
@@ -188,6 +235,7 @@ CREATE TABLE state_counts (
     PRIMARY KEY (inbox_id, tbl, state, slot)
 )""",
     *_count_triggers(),
+    *_wake_triggers(),
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)

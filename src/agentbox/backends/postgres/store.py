@@ -17,49 +17,74 @@ import psycopg
 
 from agentbox.backends.boundary import translating
 from agentbox.backends.postgres import db, history, inbox, lease
+from agentbox.backends.postgres.url import Target, parse
+from agentbox.errors import NoInbox
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
-from agentbox.rules.records import Status
+from agentbox.rules.records import Status, Vitals
 
 # Runs, timers, approvals and the outbox are imported where used: `agentbox ingest`
 # runs once per webhook and needs none of them.
 if TYPE_CHECKING:
+    from agentbox.backends.postgres.wake import InboxWaiter
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
     from agentbox.rules.records import (
         AddOutcome,
         Approval,
+        Check,
         Dispatch,
         Entry,
         Event,
         IngestResult,
         Lease,
         OutboxMessage,
+        PruneCounts,
         SendOutcome,
         Timer,
         TimerSpec,
         Wait,
     )
+    from agentbox.rules.retention import Cutoffs
 
 _NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
 
 
 @translating(psycopg.Error, db.translate)
 class PostgresStore:
-    """The inbox of ``user`` in the database (and schema) a URL names."""
+    """The inbox of ``user`` in the database (and schema) a URL names.
+
+    Without ``create`` a missing inbox (or schema) is :class:`~agentbox.errors.NoInbox`
+    and nothing is made: what a command that only reads needs.
+    """
 
     def __init__(self, url: str, user: str, *, synchronous: str = "FULL",
-                 lock_timeout: float = db.LOCK_TIMEOUT_S) -> None:
+                 lock_timeout: float = db.LOCK_TIMEOUT_S, create: bool = True) -> None:
         from agentbox.paths import check_user
 
         self.user = check_user(user)
-        target = db.parse(url)
-        self.location = target.location
-        self.conn: psycopg.Connection[Any] = db.connect(target, synchronous, lock_timeout)
+        self.target = parse(url)
+        self.location = self.target.location
+        self.conn: psycopg.Connection[Any] = db.connect(self.target, synchronous,
+                                                        lock_timeout, create)
+        self._owns_conn = True
         try:
             self._box = db.find_inbox(self.conn, self.user)
         except psycopg.Error as exc:
             self.conn.close()
             raise db.translate(exc, self.location) from None
+        if self._box is None and not create:
+            self.conn.close()
+            raise NoInbox(f"{self.location} (user {self.user})")
+
+    @classmethod
+    def sharing(cls, conn: psycopg.Connection[Any], target: Target, user: str,
+                box_id: int) -> PostgresStore:
+        """The store of an existing inbox on a connection it shares (and does not close):
+        how one process serves every inbox of a schema without a connection each."""
+        store = cls.__new__(cls)
+        store.user, store.target, store.location = user, target, target.location
+        store.conn, store._owns_conn, store._box = conn, False, box_id
+        return store
 
     @property
     def inbox_id(self) -> int | None:
@@ -82,7 +107,8 @@ class PostgresStore:
         return self._box
 
     def close(self) -> None:
-        self.conn.close()
+        if self._owns_conn:
+            self.conn.close()
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -112,6 +138,11 @@ class PostgresStore:
     def dead(self, limit: int | None = None) -> list[Event]:
         return inbox.dead(self._reader(), limit)
 
+    def events(self, states: Sequence[str] = (), source: str | None = None,
+               since: int | None = None, until: int | None = None, before: int | None = None,
+               limit: int = 100) -> list[Event]:
+        return inbox.listing(self._reader(), states, source, since, until, before, limit)
+
     def replay(self, ids: Sequence[int] | None, now: int) -> list[int]:
         return inbox.replay(self.conn, self._writing(), ids, now)
 
@@ -122,6 +153,12 @@ class PostgresStore:
         counts = db.state_counts(box)
         return Status(counts["events"], counts["outbox"], lease.current(box),
                       timers.next_due(box))
+
+    def vitals(self) -> Vitals:
+        from agentbox.backends.postgres import upkeep
+
+        box = self._reader()
+        return Vitals(self.status(), *upkeep.readings(box), upkeep.disk_bytes(box))
 
     def lease(self) -> Lease | None:
         return lease.current(self._reader())
@@ -153,6 +190,24 @@ class PostgresStore:
 
         return runs.fail(self.conn, self._writing(), holder, generation, now, ids, error,
                          policy)
+
+    def interrupt(self, holder: str, generation: int, now: int, ids: Sequence[int]) -> bool:
+        from agentbox.backends.postgres import runs
+
+        return runs.interrupt(self.conn, self._writing(), holder, generation, now, ids)
+
+    def next_work(self, now: int) -> int | None:
+        from agentbox.backends.postgres import runs
+
+        return runs.next_work(self._reader(), now)
+
+    def waiter(self) -> InboxWaiter:
+        from agentbox.backends.postgres.wake import InboxWaiter
+
+        def box_id() -> int | None:
+            return None if self._reading() == _NO_INBOX else self._box
+
+        return InboxWaiter(self.target, self.conn, box_id)
 
     def add_timer(self, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
         from agentbox.backends.postgres import timers
@@ -219,3 +274,31 @@ class PostgresStore:
         from agentbox.backends.postgres import outbox
 
         return outbox.listing(self._reader(), states, limit)
+
+    def prunable(self, cut: Cutoffs) -> PruneCounts:
+        from agentbox.backends.postgres import prune
+
+        return prune.prunable(self._reader(), cut)
+
+    def prune_step(self, cut: Cutoffs, limit: int) -> PruneCounts:
+        from agentbox.backends.postgres import prune
+
+        return prune.step(self.conn, self._writing(), cut, limit)
+
+    def record_prune(self, now: int) -> None:
+        from agentbox.backends.postgres import prune
+
+        prune.record(self.conn, self._writing(), now)
+
+    def reclaim(self, max_pages: int) -> int:
+        return 0  # autovacuum hands freed room to new rows by itself
+
+    def backup(self, dest: str, replace: bool = False) -> int:
+        from agentbox.backends.postgres import upkeep
+
+        return upkeep.backup(self.conn, self._reading(), dest, replace)
+
+    def checks(self) -> list[Check]:
+        from agentbox.backends.postgres import upkeep
+
+        return upkeep.checks(self._reader())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from agentbox.backends.sqlite import db
@@ -90,10 +91,23 @@ def backup(conn: sqlite3.Connection, dest: str, replace: bool) -> int:
     and writes every table afresh, so the copy holds no free pages, can be
     no more damaged than the rows it read, and (by the pragma set first)
     can hand freed space back after pruning even when the original, made by
-    an older agentbox, could not. It is written 0600 beside ``dest``, synced,
-    then put in place in one step: ``dest`` is whole or absent, never half
-    written. Without ``replace`` an existing ``dest`` is refused, even one
-    that appeared while the copy was being made.
+    an older agentbox, could not.
+    """
+
+    def fill(temp: Path) -> None:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # applies to the copy only
+        conn.execute("VACUUM INTO ?", (str(temp),))
+
+    return write_copy(dest, replace, fill)
+
+
+def write_copy(dest: str, replace: bool, fill: Callable[[Path], None]) -> int:
+    """Have ``fill`` write an inbox file beside ``dest``, then put it in place; its size.
+
+    The copy is written 0600 beside ``dest``, synced, then put in place in
+    one step: ``dest`` is whole or absent, never half written. Without
+    ``replace`` an existing ``dest`` is refused, even one that appeared while
+    the copy was being made. Every backend's backup ends here.
     """
     import secrets
 
@@ -108,8 +122,7 @@ def backup(conn: sqlite3.Connection, dest: str, replace: bool) -> int:
     except OSError as exc:
         raise AgentboxError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
     try:
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # applies to the copy only
-        conn.execute("VACUUM INTO ?", (str(temp),))
+        fill(temp)
         _sync(temp)
         if replace:
             for side in SIDE_FILES:  # a stale log beside the new file would be replayed into it
@@ -125,6 +138,8 @@ def backup(conn: sqlite3.Connection, dest: str, replace: bool) -> int:
         raise DatabaseError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
     finally:
         temp.unlink(missing_ok=True)
+        for side in SIDE_FILES:
+            Path(f"{temp}{side}").unlink(missing_ok=True)
     return target.stat().st_size
 
 
