@@ -32,7 +32,7 @@ def server(args: argparse.Namespace) -> str:
         with psycopg.connect(url, connect_timeout=5) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        from agentbox.backends.postgres.db import parse
+        from agentbox.backends.postgres.url import parse
 
         first = (str(exc).strip().splitlines() or ["unreachable"])[0]
         _unavailable(args, f"no PostgreSQL server at {parse(url).location} "
@@ -53,7 +53,8 @@ def _unavailable(args: argparse.Namespace, why: str) -> None:
 @contextmanager
 def schema(url: str, name: str) -> Iterator[str]:
     """The URL of a fresh schema made by agentbox (tables, triggers), dropped afterwards."""
-    from agentbox.backends.postgres.db import connect, parse, temporary_schema
+    from agentbox.backends.postgres.db import connect, temporary_schema
+    from agentbox.backends.postgres.url import parse
 
     with temporary_schema(url, f"agentbox_bench_{name}") as fresh:
         connect(parse(fresh)).close()
@@ -63,7 +64,7 @@ def schema(url: str, name: str) -> Iterator[str]:
 def session(url: str, synchronous: str = "FULL") -> Any:
     """A bare connection with agentbox's session settings: autocommit, durable commits
     (``synchronous="OFF"``: commits that do not wait for the fsync)."""
-    from agentbox.backends.postgres.db import parse
     from agentbox.backends.postgres.db import session as open_session
+    from agentbox.backends.postgres.url import parse
 
     return open_session(parse(url), synchronous)

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+import watchtools
 from agentbox.backends.sqlite.store import SqliteStore
 from pgtools import SKIPPED, SKIPPED_AT
 from proctools import proc_env
 from runhelp import HANDLER
-from watchtools import Watcher, start
+from watchtools import Watcher
 
 T0 = 1_000_000  # the article's simulated clock starts here
 
@@ -130,7 +131,7 @@ def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]
 
     def begin(*argv: str, name: str = "watcher",
               env: Mapping[str, str] | None = None) -> Watcher:
-        watcher = start(tmp_path, name, list(argv), {**proc_env(home), **(env or {})})
+        watcher = watchtools.start(tmp_path, name, list(argv), {**proc_env(home), **(env or {})})
         started.append(watcher)
         return watcher
 

@@ -37,7 +37,7 @@ def _reach() -> tuple[str, str | None]:
         with psycopg.connect(url, connect_timeout=3) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        from agentbox.backends.postgres.db import parse
+        from agentbox.backends.postgres.url import parse
 
         first = (str(exc).strip().splitlines() or ["unreachable"])[0]
         return url, f"no PostgreSQL server at {parse(url).location} ({first.rsplit(': ', 1)[-1]})"

@@ -67,17 +67,6 @@ def other_backend(place: Opener, backend: Store) -> Iterator[Store]:
 
 
 @pytest.fixture
-def twin(request: pytest.FixtureRequest, tmp_path: Path, backend: Store) -> Iterator[Store]:
-    """A second connection to ``backend``'s own inbox, as another process would open it."""
-    kind = request.node.callspec.params["backend"]
-    store = BACKENDS[kind](tmp_path)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@pytest.fixture
 def twin(place: Opener, backend: Store) -> Iterator[Store]:
     """A second connection to ``backend``'s own inbox, as another process would open it."""
     store = place("alice")

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentbox.backends.postgres.db import parse, with_schema
 from agentbox.backends.postgres.store import PostgresStore
+from agentbox.backends.postgres.url import parse, with_schema
 from agentbox.store import POSTGRES_EXTRA
 from pgtools import server_url
 from runhelp import T0
@@ -192,7 +192,8 @@ def test_ingest_loads_only_what_ingest_needs(home: Path, pg_url: str) -> None:
         "agentbox.backends", "agentbox.backends.boundary", "agentbox.backends.postgres",
         "agentbox.backends.postgres.db", "agentbox.backends.postgres.history",
         "agentbox.backends.postgres.inbox", "agentbox.backends.postgres.lease",
-        "agentbox.backends.postgres.schema", "agentbox.backends.postgres.store"]
+        "agentbox.backends.postgres.schema", "agentbox.backends.postgres.store",
+        "agentbox.backends.postgres.url"]
 
 
 def test_scenarios_replay_on_postgresql_and_leave_no_schema(cli: Any, pg_url: str) -> None:

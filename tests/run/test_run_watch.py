@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runhelp import records, started_pids
 
 from engine.enginekit import actions, state
 from proctools import alive, wait_for
+from runhelp import records, started_pids
 from watchtools import Watcher
 
 pytestmark = pytest.mark.slow
