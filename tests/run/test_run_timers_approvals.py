@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from runhelp import T0
 
 DAY, HOUR = 86400, 3600
