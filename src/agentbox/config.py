@@ -21,8 +21,6 @@ Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
     signature = "github"
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import re
@@ -31,7 +29,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agentbox.durations import parse_duration
 from agentbox.errors import AgentboxError, BadInput, Busy, UsageError
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import DELIVERY_MODES
@@ -40,6 +37,8 @@ from agentbox.rules.records import DELIVERY_MODES
 def _seconds(value: Any, allow_zero: bool = False) -> int:
     if allow_zero and value in (0, "0"):
         return 0
+    from agentbox.durations import parse_duration  # only for a setting that is written
+
     return parse_duration(value)
 
 

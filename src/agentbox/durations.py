@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from typing import TYPE_CHECKING
 
 from agentbox.errors import BadInput
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+)([smhdw])", re.ASCII)
@@ -55,6 +58,8 @@ def parse_time(text: str, now: int) -> int | datetime:
         if _INTEGER.fullmatch(spelled):
             moment = int(spelled)
         else:
+            from datetime import datetime  # here: settings and ingest read no dates
+
             parsed = datetime.fromisoformat(spelled)
             if parsed.tzinfo is None:
                 return parsed

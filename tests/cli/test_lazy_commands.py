@@ -70,7 +70,7 @@ def ingest_loads() -> list[str]:
 def test_ingest_imports_neither_rich_nor_other_commands_nor_psycopg() -> None:
     assert [m for m in ingest_loads() if m.startswith(("agentbox.cli.", "rich"))
             or m.split(".")[0] in NOT_FOR_INGEST or m in NOT_FOR_INGEST] == [
-        "agentbox.cli.app", "agentbox.cli.inbox_cmds", "agentbox.cli.session"]
+        "agentbox.cli.app", "agentbox.cli.ingest_cmd", "agentbox.cli.session"]
 
 
 def test_ingest_loads_no_time_zones_or_cron_even_with_a_zone_configured(home: Path) -> None:

@@ -19,7 +19,7 @@ from agentbox.cli.session import Session
 # path first), with the module that defines it. Only the module of the command
 # being run is imported: start-up is paid once per webhook delivery.
 COMMANDS: dict[str, str] = {
-    "ingest": "inbox_cmds",
+    "ingest": "ingest_cmd",
     "serve": "serve_cmd",
     "run": "run_cmd",
     "dispatch": "dispatch_cmds",

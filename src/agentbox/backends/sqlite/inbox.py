@@ -9,10 +9,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from agentbox.backends.sqlite import history
 from agentbox.backends.sqlite.db import write
 from agentbox.errors import DatabaseError
-from agentbox.rules.inbox import stored_entry
 from agentbox.rules.keys import check_key, conflict_detail, prefix_bound
 from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
 
@@ -45,6 +43,8 @@ def _against(conn: sqlite3.Connection, source: str, source_id: str, payload: str
     if stored == payload:
         return IngestResult("duplicate", event_id, source, source_id)
     if record_conflict:
+        from agentbox.backends.sqlite import history  # rare: not on every ingest
+
         history.record(conn, now, "event", event_id, "conflict",
                        detail=conflict_detail(payload))
     return IngestResult("conflict", event_id, source, source_id)
@@ -145,6 +145,9 @@ def events_where(conn: sqlite3.Connection, where: str, params: Sequence[object])
 
 def story(conn: sqlite3.Connection, event_id: int) -> list[Entry]:
     """An event's history, opening with the "stored" entry its row itself records."""
+    from agentbox.backends.sqlite import history
+    from agentbox.rules.inbox import stored_entry
+
     row = conn.execute("SELECT created_at FROM events WHERE id = ?", (event_id,)).fetchone()
     opening = [] if row is None else [stored_entry(event_id, int(row[0]))]
     return opening + history.story(conn, "event", event_id)
@@ -218,5 +221,7 @@ def replay(conn: sqlite3.Connection, ids: Sequence[int] | None, now: int) -> lis
                     claim_gen = NULL, error = NULL, updated_at = ?
                 WHERE {where} RETURNING id""", [now, *params]).fetchall()]
         replayed.sort()
+        from agentbox.backends.sqlite import history
+
         history.record_many(conn, now, "event", "replayed", ((i, None, None) for i in replayed))
         return replayed
