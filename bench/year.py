@@ -52,8 +52,8 @@ def year(path: Path, days: int, per_day: int, prune: bool, old_file: bool) -> di
     """Run the year; the file's size (bytes) after each checkpoint day."""
     from agentbox.backends.sqlite.store import SqliteStore
     from agentbox.rules.answer import Answer, Message
+    from agentbox.rules.outbox import Dispatch
     from agentbox.rules.policy import Policy
-    from agentbox.rules.records import Dispatch
     from agentbox.upkeep import auto_prune
 
     rng = random.Random(7)

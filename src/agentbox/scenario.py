@@ -29,19 +29,16 @@ from agentbox.errors import AgentboxError, BadInput, UsageError
 from agentbox.rules.answer import Answer
 from agentbox.rules.answer import parse as parse_answer
 from agentbox.rules.lease import new_holder_id
-from agentbox.rules.outbox import SEPARATOR
+from agentbox.rules.outbox import SEPARATOR, Dispatch, Wait
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import (
     CATCH_UP_MODES,
     DELIVERY_MODES,
     EVENT_STATES,
     OUTBOX_STATES,
-    Dispatch,
     SendOutcome,
-    TimerSpec,
-    Wait,
 )
-from agentbox.rules.timers import cron_due
+from agentbox.rules.timers import TimerSpec, cron_due
 from agentbox.store import Store, scratch_store
 from agentbox.worker import Batch, Outcome, Worker
 

@@ -24,26 +24,22 @@ from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 
 if TYPE_CHECKING:
     from agentbox.rules.answer import Answer
+    from agentbox.rules.approvals import Approval
+    from agentbox.rules.health import Check
+    from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
     from agentbox.rules.policy import Policy
     from agentbox.rules.records import (
         AddOutcome,
-        Approval,
-        Check,
-        Dispatch,
         Entry,
         Event,
         IngestResult,
         Lease,
-        OutboxMessage,
-        PruneCounts,
         SendOutcome,
         Status,
-        Timer,
-        TimerSpec,
         Vitals,
-        Wait,
     )
-    from agentbox.rules.retention import Cutoffs
+    from agentbox.rules.retention import Cutoffs, PruneCounts
+    from agentbox.rules.timers import Timer, TimerSpec
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 POSTGRES_EXTRA = "PostgreSQL support needs: pip install 'agentbox[postgres]'"

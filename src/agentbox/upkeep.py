@@ -17,9 +17,10 @@ from typing import Any
 
 from agentbox.errors import AgentboxError
 from agentbox.rules import health
+from agentbox.rules.health import Check
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Check, Lease, PruneCounts, Vitals
-from agentbox.rules.retention import STEP, Cutoffs, cutoffs, prune_due
+from agentbox.rules.records import Lease, Vitals
+from agentbox.rules.retention import STEP, Cutoffs, PruneCounts, cutoffs, prune_due
 from agentbox.store import Inboxes, Store
 
 RUN_STEPS = 20        # a run's daily prune does at most this many steps; the next run goes on

@@ -42,7 +42,7 @@ def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, inbox: Path) -> None:
 
 def test_status_counts_lease_and_timer(cli: Cli, inbox: Path, make_dead: Any) -> None:
     from agentbox.backends.sqlite.store import SqliteStore
-    from agentbox.rules.records import TimerSpec
+    from agentbox.rules.timers import TimerSpec
 
     make_dead(inbox, ["d1", "d2"], T0)
     for i in range(3):

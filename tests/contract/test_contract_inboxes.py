@@ -7,7 +7,8 @@ every table, which is what this file is for.
 from __future__ import annotations
 
 from agentbox.rules.answer import Answer, ApprovalRequest, Message
-from agentbox.rules.records import Dispatch, TimerSpec
+from agentbox.rules.outbox import Dispatch
+from agentbox.rules.timers import TimerSpec
 from agentbox.store import Store
 
 from .kit import POLICY, TTL, T, run

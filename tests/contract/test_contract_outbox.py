@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
-from agentbox.rules.outbox import RESEND_BACKOFF
-from agentbox.rules.records import Dispatch, Wait
+from agentbox.rules.outbox import RESEND_BACKOFF, Dispatch, Wait
 from agentbox.store import Store
 
 from .kit import T, say, states

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from agentbox import upkeep
+from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import DAY, Policy
-from agentbox.rules.records import Dispatch, PruneCounts, TimerSpec, Wait
-from agentbox.rules.retention import cutoffs
+from agentbox.rules.retention import PruneCounts, cutoffs
+from agentbox.rules.timers import TimerSpec
 from agentbox.store import Store
 
 from .kit import ALL_OUTBOX, TTL, T, run, say, snapshot

@@ -10,8 +10,7 @@ import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import TimerSpec
-from agentbox.rules.timers import cron_due
+from agentbox.rules.timers import TimerSpec, cron_due
 from agentbox.store import Store
 
 from .kit import T

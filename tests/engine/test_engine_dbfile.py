@@ -18,7 +18,7 @@ from agentbox.backends.sqlite import db, schema
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import Busy, DatabaseError
 from agentbox.rules.lease import new_holder_id
-from agentbox.rules.records import Dispatch
+from agentbox.rules.outbox import Dispatch
 
 from .enginekit import T
 

@@ -8,8 +8,7 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput, NotAsAsked
-from agentbox.rules.outbox import CLAIM_GRACE, SEPARATOR
-from agentbox.rules.records import Dispatch, Wait
+from agentbox.rules.outbox import CLAIM_GRACE, SEPARATOR, Dispatch, Wait
 
 Queue = Callable[..., None]
 

@@ -23,8 +23,7 @@ from agentbox.calendar import (
 from agentbox.durations import LAST_TIME
 from agentbox.errors import BadInput, UsageError
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Timer
-from agentbox.rules.timers import Owed, owed
+from agentbox.rules.timers import Owed, Timer, owed
 
 NY, BERLIN, LORD_HOWE = "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"
 

@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from agentbox.calendar import check_cron, occurrences
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Timer
-from agentbox.rules.timers import owed
+from agentbox.rules.timers import Timer, owed
 
 MINUTE = timedelta(minutes=1)
 DAY = 86_400

@@ -16,7 +16,7 @@ from agentbox.cli.options import command_flag, complete_delivery, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.dispatcher import DispatchReport, Sent
-    from agentbox.rules.records import Dispatch, Wait
+    from agentbox.rules.outbox import Dispatch, Wait
 
 # The table; JSON objects carry these names and the message body too.
 LIST_COLUMNS = ["id", "state", "urgent", "dispatch_key", "created", "sent", "body", "error"]

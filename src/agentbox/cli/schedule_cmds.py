@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from datetime import tzinfo
 
     from agentbox.cli.session import Session
-    from agentbox.rules.records import Timer
+    from agentbox.rules.timers import Timer
 
 schedule_app = typer.Typer(help="Timers: each due occurrence becomes an inbox event.",
                            no_args_is_help=True)
@@ -112,7 +112,7 @@ def schedule_add(
     from agentbox import render
     from agentbox.errors import UsageError
     from agentbox.jsonutil import parse_payload
-    from agentbox.rules.records import TimerSpec
+    from agentbox.rules.timers import TimerSpec
 
     if [every, at, cron].count(None) != 2:
         raise UsageError("give one of --every DURATION, --at TIME or --cron EXPRESSION")

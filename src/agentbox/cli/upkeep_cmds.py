@@ -131,8 +131,7 @@ def doctor(
     from agentbox import render
     from agentbox.cli.options import duration_flag
     from agentbox.errors import AgentboxError
-    from agentbox.rules.health import PENDING_AGE_LIMIT
-    from agentbox.rules.records import Check
+    from agentbox.rules.health import PENDING_AGE_LIMIT, Check
     from agentbox.upkeep import diagnose
 
     limit = duration_flag("--max-pending-age", max_pending_age) or PENDING_AGE_LIMIT

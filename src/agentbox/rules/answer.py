@@ -15,8 +15,7 @@ from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
 from agentbox.rules.keys import check_key
-from agentbox.rules.records import TimerSpec
-from agentbox.rules.timers import check_spec
+from agentbox.rules.timers import TimerSpec, check_spec
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,22 @@ in the same transaction, instead of trusting that the scheduler ran.
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical
 from agentbox.rules.keys import check_key
-from agentbox.rules.records import TimerSpec
+from agentbox.rules.timers import TimerSpec
+
+
+class Approval(NamedTuple):
+    id: str
+    action: str
+    requested_at: int
+    expires_at: int
+    outcome: str  # pending | yes | no | expired
+    answered_at: int | None
+
 
 SOURCE = "approval"
 ANSWERS = ("yes", "no")

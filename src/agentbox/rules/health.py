@@ -2,7 +2,7 @@
 
 A backend reads its own file or server (integrity, schema, permissions,
 journal size) and the store's state; these functions turn the readings
-into :class:`~agentbox.rules.records.Check` lines, so every backend draws
+into :class:`Check` lines, so every backend draws
 the line in the same place.
 """
 
@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from agentbox.durations import format_duration
 from agentbox.rules.lease import taken
-from agentbox.rules.records import Check, Lease
+from agentbox.rules.records import Lease
+
+
+class Check(NamedTuple):
+    """One line of `doctor`: what was checked, whether it is well, and what was found."""
+
+    name: str
+    ok: bool
+    detail: str
+
 
 WAL_LIMIT = 64 * 1024 * 1024  # a journal this big means checkpoints are being starved
 PENDING_AGE_LIMIT = 3600      # default: an event waiting longer means runs are not happening

@@ -20,11 +20,54 @@ claim, like the mode); then it is parked ``uncertain`` for an operator
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from agentbox.errors import BadInput
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import DELIVERY_MODES, SendOutcome
+
+
+class Wait(NamedTuple):
+    """Nothing was claimed.
+
+    ``until`` is when the gap allows the next send (None: no send yet);
+    ``in_flight`` counts claims still inside their deadline, the earliest of
+    which is ``in_flight_until``.
+    """
+
+    held: int
+    until: int | None
+    in_flight: int = 0
+    in_flight_until: int | None = None
+
+
+class OutboxMessage(NamedTuple):
+    id: int
+    body: str
+    urgent: bool
+    state: str
+    dispatch_key: str | None
+    created_at: int
+    sent_at: int | None
+    error: str | None
+
+
+class Dispatch(NamedTuple):
+    """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``."""
+
+    key: str
+    mode: str
+    body: str
+    message_ids: tuple[int, ...]
+    urgent: bool
+    tries: int
+    deadline: int
+    max_tries: int = DEFAULT_MAX_SEND_TRIES  # tries of this key, then uncertain (on the claim)
+
+    @property
+    def resend(self) -> bool:
+        return self.tries > 1
+
 
 SEPARATOR = "\n\n"
 CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned

@@ -4,8 +4,6 @@ Flags override config, config overrides these defaults; the store only ever
 sees a finished :class:`Policy`.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD

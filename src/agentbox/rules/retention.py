@@ -22,6 +22,24 @@ from typing import NamedTuple
 from agentbox.rules.approvals import SOURCE as APPROVAL_SOURCE
 from agentbox.rules.policy import DAY, Policy
 
+
+class PruneCounts(NamedTuple):
+    """What a prune removed (or, in a dry run, would remove)."""
+
+    events: int = 0          # done events, with their history
+    messages: int = 0        # sent messages, with their history
+    dispatches: int = 0      # settled dispatches, with their history
+    keys_forgotten: int = 0  # remembered keys of pruned events past the dedupe window
+    timer_history: int = 0   # timer history lines older than keep_done
+
+    def plus(self, other: PruneCounts) -> PruneCounts:
+        return PruneCounts(*(a + b for a, b in zip(self, other, strict=True)))
+
+    @property
+    def total(self) -> int:
+        return sum(self)
+
+
 PRUNE_EVERY = DAY  # `run` prunes at most this often
 KEPT_SOURCES = (APPROVAL_SOURCE,)
 STEP = 500  # rows per prune transaction: short enough never to hold up an ingest for long

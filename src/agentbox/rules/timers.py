@@ -14,12 +14,47 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.jsonutil import canonical
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import CATCH_UP_MODES, AddOutcome, Timer, TimerSpec
+from agentbox.rules.records import CATCH_UP_MODES, AddOutcome
+
+
+class TimerSpec(NamedTuple):
+    """A timer as asked for: by `schedule add`, an approval request or a run's answer."""
+
+    name: str
+    due: int
+    every: int | None
+    payload: str = "{}"
+    catch_up: str = "coalesce"
+    event_source: str | None = None
+    event_id: str | None = None
+    # Asked for by a run: may re-arm a one-off timer, never replace a schedule.
+    follow_up: bool = False
+    cron: str | None = None  # a calendar schedule: a cron expression ...
+    tz: str | None = None  # ... read in this IANA time zone
+
+
+class Timer(NamedTuple):
+    name: str
+    due: int
+    every: int | None
+    payload: str
+    catch_up: str
+    event_source: str | None
+    event_id: str | None
+    done: bool
+    created_at: int
+    cron: str | None = None
+    tz: str | None = None
+
+    @property
+    def recurring(self) -> bool:
+        return self.every is not None or self.cron is not None
+
 
 MAX_NAME_LENGTH = 200
 # Keys the scheduler writes into every timer event; a payload may not carry them.

@@ -11,7 +11,7 @@ from agentbox.backends.postgres import history, inbox, timers
 from agentbox.backends.postgres.db import Box, Tx
 from agentbox.backends.postgres.lease import locked
 from agentbox.rules import approvals as rules
-from agentbox.rules.records import Approval
+from agentbox.rules.approvals import Approval
 
 
 def request_in(tx: Tx, request_id: str, now: int, expires_in: int, action: str) -> bool:

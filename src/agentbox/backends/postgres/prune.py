@@ -21,8 +21,8 @@ from psycopg import Connection
 
 from agentbox.backends.postgres.db import Box, Tx
 from agentbox.backends.postgres.lease import locked
-from agentbox.rules.records import SETTLED_DISPATCH_STATES, PruneCounts
-from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, digest
+from agentbox.rules.records import SETTLED_DISPATCH_STATES
+from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, PruneCounts, digest
 
 # The rows each kind of prune would take; the same conditions count them for a
 # dry run and select them for a step. The newest event and message of an

@@ -15,7 +15,7 @@ from psycopg import Connection
 
 from agentbox.backends.postgres.db import Box
 from agentbox.backends.postgres.schema import SCHEMA_VERSION
-from agentbox.rules.records import Check
+from agentbox.rules.health import Check
 
 
 def readings(box: Box) -> tuple[int | None, int | None, int | None, int | None]:

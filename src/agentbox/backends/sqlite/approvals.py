@@ -8,7 +8,7 @@ import sqlite3
 from agentbox.backends.sqlite import history, inbox, timers
 from agentbox.backends.sqlite.db import write
 from agentbox.rules import approvals as rules
-from agentbox.rules.records import Approval
+from agentbox.rules.approvals import Approval
 
 
 def request_in(conn: sqlite3.Connection, request_id: str, now: int, expires_in: int,

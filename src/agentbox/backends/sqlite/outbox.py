@@ -18,8 +18,9 @@ from agentbox.backends.sqlite.db import instance_id, write
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules import outbox as rules
 from agentbox.rules.answer import Message
+from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
-from agentbox.rules.records import OPEN_OUTBOX_STATES, Dispatch, OutboxMessage, SendOutcome, Wait
+from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
 
 
 def queue_in(conn: sqlite3.Connection, now: int, generation: int | None,

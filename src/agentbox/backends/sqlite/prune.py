@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from agentbox.backends.sqlite import db
 from agentbox.backends.sqlite.db import write
-from agentbox.rules.records import SETTLED_DISPATCH_STATES, PruneCounts
-from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, digest
+from agentbox.rules.records import SETTLED_DISPATCH_STATES
+from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, PruneCounts, digest
 
 CHECKPOINT_WAIT_MS = 200
 _KEPT = ",".join(f"'{s}'" for s in KEPT_SOURCES)

@@ -23,24 +23,13 @@ from agentbox.rules.records import Status, Vitals
 if TYPE_CHECKING:
     from agentbox.backends.sqlite.wake import InboxWaiter
     from agentbox.rules.answer import Answer
+    from agentbox.rules.approvals import Approval
+    from agentbox.rules.health import Check
+    from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
     from agentbox.rules.policy import Policy
-    from agentbox.rules.records import (
-        AddOutcome,
-        Approval,
-        Check,
-        Dispatch,
-        Entry,
-        Event,
-        IngestResult,
-        Lease,
-        OutboxMessage,
-        PruneCounts,
-        SendOutcome,
-        Timer,
-        TimerSpec,
-        Wait,
-    )
-    from agentbox.rules.retention import Cutoffs
+    from agentbox.rules.records import AddOutcome, Entry, Event, IngestResult, Lease, SendOutcome
+    from agentbox.rules.retention import Cutoffs, PruneCounts
+    from agentbox.rules.timers import Timer, TimerSpec
 
 
 @translating(sqlite3.Error, db.translate)

@@ -13,7 +13,8 @@ from agentbox.backends.sqlite import history, inbox
 from agentbox.backends.sqlite.db import write
 from agentbox.rules import timers as rules
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import AddOutcome, Event, Timer, TimerSpec
+from agentbox.rules.records import AddOutcome, Event
+from agentbox.rules.timers import Timer, TimerSpec
 
 _COLUMNS = ("name, due, every, payload, catch_up, event_source, event_id, done, created_at, "
             "cron, tz")

@@ -11,7 +11,7 @@ from agentbox.backends.sqlite import db
 from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 from agentbox.errors import AgentboxError, DatabaseError, UsageError
 from agentbox.rules import health
-from agentbox.rules.records import Check
+from agentbox.rules.health import Check
 
 SIDE_FILES = ("-wal", "-shm")
 
