@@ -179,7 +179,7 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Handled:
     """What a handler made of a batch: an answer, an error, or nothing (the lease was lost)."""
 
     answer: Answer | None = None
@@ -188,12 +188,12 @@ class Outcome:
 
 
 class Handler(Protocol):
-    """Turns a batch into an :class:`Outcome`: a command, or a scenario's scripted answer."""
+    """Turns a batch into :class:`Handled`: a command, or a scenario's scripted answer."""
 
     def check(self) -> None:
         """Raise :class:`CommandNotStarted` when the handler cannot be started."""
 
-    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Outcome:
+    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Handled:
         """Work the batch, calling ``heartbeat`` every ``every`` seconds while at it;
         stop and report the lease lost when it returns False."""
 
@@ -209,23 +209,23 @@ class CommandHandler:
     def check(self) -> None:
         check_command(self.argv, self.env)
 
-    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Outcome:
+    def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Handled:
         try:
             result = run_child(self.argv, batch.document(), {**self.env, **batch.env()},
                                self.timeout, heartbeat=heartbeat, heartbeat_every=every)
         except CommandNotStarted as exc:
-            return Outcome(error=str(exc))
+            return Handled(error=str(exc))
         if result.stopped:  # only a failed heartbeat stops the child
-            return Outcome(lost=True)
+            return Handled(lost=True)
         if not result.ok:
-            return Outcome(error=f"handler {result.describe()}")
+            return Handled(error=f"handler {result.describe()}")
         tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:
                 raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
-            return Outcome(answer=parse(result.stdout))
+            return Handled(answer=parse(result.stdout))
         except BadInput as exc:
-            return Outcome(error=f"handler output rejected: {exc}; it began "
+            return Handled(error=f"handler output rejected: {exc}; it began "
                            + repr(result.stdout[:PREVIEW].decode("utf-8", "replace"))
                            + (f"; stderr: {tail}" if tail else ""))
 

@@ -197,7 +197,7 @@ def test_ingest_loads_only_what_ingest_needs(home: Path, pg_url: str) -> None:
 
 
 def test_scenarios_replay_on_postgresql_and_leave_no_schema(cli: Any, pg_url: str) -> None:
-    from agentbox.scenario import shipped
+    from agentbox.replay import shipped
 
     def scratch_schemas() -> set[str]:
         with psycopg.connect(server_url(), autocommit=True) as conn:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentbox.scenario import Step, load, same, shipped
+from agentbox.replay import Step, load, same, shipped
 
 SHIPPED = [name for name, _ in shipped()]
 

@@ -15,7 +15,7 @@ import pytest
 from rich.cells import cell_len
 
 from agentbox.cli.scenarios_cmd import ARTICLE, ARTICLE_CASES, AUTHOR
-from agentbox.scenario import load, load_all, run, shipped
+from agentbox.replay import load, load_all, run, shipped
 
 SHIPPED = [name for name, _ in shipped()]
 

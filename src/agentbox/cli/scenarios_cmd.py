@@ -8,7 +8,7 @@ import typer
 from agentbox.cli.app import JsonFlag, app, session
 
 if TYPE_CHECKING:
-    from agentbox.scenario import Report, Scenario
+    from agentbox.replay import Scenario, ScenarioReport
 
 ARTICLE = ("Anthropic's always-on agents guide: what the inbox, timers and outbox do "
            "when a worker dies, tested in SQLite")
@@ -19,7 +19,7 @@ ARTICLE_CASES = 8  # the first eight shipped scenarios are the article's cases, 
 def _from_the_article(scenarios: "list[Scenario]") -> None:
     """Name the article once, above the output, when a shipped scenario is in it."""
     from agentbox import render
-    from agentbox.scenario import shipped
+    from agentbox.replay import shipped
 
     names = {name for name, _ in shipped()}
     if any(s.name in names and s.origin == f"{s.name}.toml" for s in scenarios):
@@ -30,7 +30,7 @@ def _from_the_article(scenarios: "list[Scenario]") -> None:
 
 def _listing(as_json: bool) -> None:
     from agentbox import render
-    from agentbox.scenario import load_all
+    from agentbox.replay import load_all
 
     scenarios = load_all([])
     items = [{"name": s.name, "title": s.title, "steps": len(s.steps), "story": s.story,
@@ -41,7 +41,7 @@ def _listing(as_json: bool) -> None:
                    empty="no scenario files found", text=["title"])
 
 
-def _table(report: "Report") -> None:
+def _table(report: "ScenarioReport") -> None:
     """The scenario's title and story, then one row per step.
 
     The clock column shows where the simulated clock stands whenever a step
@@ -49,7 +49,7 @@ def _table(report: "Report") -> None:
     shows ✗ and what it observed instead (``--json`` carries both always).
     """
     from agentbox import render
-    from agentbox.scenario import offset, show
+    from agentbox.replay import offset, show
 
     scenario = report.scenario
     render.prose(f"{scenario.name}: {scenario.title}", bold=True)
@@ -109,7 +109,7 @@ def scenarios(
     """
     from agentbox import render
     from agentbox.errors import Exit
-    from agentbox.scenario import load_all, run
+    from agentbox.replay import load_all, run
 
     if list_only:
         _listing(as_json)
