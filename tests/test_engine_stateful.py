@@ -31,13 +31,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-import pgtools
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
+from agentbox.rules.records import EVENT_STATES
 from agentbox.store import Store, open_store
-from engine.enginekit import EVENT_STATES, dump, real_counts
+from support import postgres
+from support.clock import T0
+from support.sqlite import dump, real_counts
 
-T = 1_000_000
 TTL = 100
 WORKERS = ("A", "B")
 KEYS = (("hook", "1"), ("hook", "2"), ("hook", "3"), ("chat", "1"), ("chat", "2"),
@@ -80,7 +81,7 @@ class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store: Any = self.open_store()
-        self.now = T
+        self.now = T0
         self.policy = Policy()
         self.rows: dict[int, Row] = {}
         self.lease: tuple[str, int, int, bool] | None = None  # holder, generation, until,
@@ -339,10 +340,10 @@ class PostgresMachine(EngineMachine):
         self.store.close()
 
     def dump(self) -> object:
-        return pgtools.dump(self.store)
+        return postgres.dump(self.store)
 
     def real_counts(self) -> dict[str, int]:
-        return pgtools.real_counts(self.store, "events", "status", EVENT_STATES)
+        return postgres.real_counts(self.store, "events", "status", EVENT_STATES)
 
     def stored_rows(self) -> list[tuple[Any, ...]]:
         return list(self.store.conn.execute(
@@ -369,7 +370,7 @@ test_engine_rules_postgres = PostgresMachine.TestCase
 
 @pytest.fixture(scope="module")
 def postgres_schema() -> Iterator[str]:
-    with pgtools.fresh_schema() as url:
+    with postgres.fresh_schema() as url:
         yield url
 
 

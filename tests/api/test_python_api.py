@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,10 @@ import pytest
 import agentbox
 from agentbox.errors import BadInput
 from agentbox.handler import Approval, Batch, Event, Message, Reply, Timer, handler
-from proctools import proc_env
+from support.clock import T0
+from support.fixtures import Proc
+from support.processes import proc_env
 
-T0 = 1_000_000
-Proc = Callable[..., subprocess.CompletedProcess[str]]
 DOC = Path(__file__).parents[2] / "docs" / "python-api.md"
 
 

@@ -29,7 +29,7 @@ def _snapshot(root: Path) -> Snapshot:
 
 
 @pytest.fixture
-def snapshot() -> Callable[[Path], Snapshot]:
+def tree_snapshot() -> Callable[[Path], Snapshot]:
     """snapshot(root) -> {relative path: (mode, sha256 or 'dir')}; {} when root is missing."""
     return _snapshot
 
@@ -62,12 +62,6 @@ def _one_error(err: str) -> str:
 @pytest.fixture
 def one_error() -> Callable[[str], str]:
     return _one_error
-
-
-@pytest.fixture
-def inbox(home: Path) -> Path:
-    """Where alice's inbox lives under the test's AGENTBOX_HOME."""
-    return home / "inboxes" / "alice.sqlite3"
 
 
 def _make_dead(db: Path, keys: Sequence[str], now: int, error: str = "handler exploded",

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
-from proctools import proc_env, wait_for
-
-T0 = 1_000_000
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
+from support.processes import proc_env, wait_for
 
 # One writer process: ingests its own keys one durable transaction at a time and logs
 # each key once its ingest has returned (acked), until it is told to stop.
@@ -44,7 +43,7 @@ store.close()
 """
 
 
-def test_backup_writes_a_private_copy_and_refuses_to_overwrite(cli: Cli, inbox: Path,
+def test_backup_writes_a_private_copy_and_refuses_to_overwrite(cli: Cli, inbox_path: Path,
                                                                tmp_path: Path,
                                                                one_error: Any) -> None:
     for n in range(3):
@@ -53,7 +52,7 @@ def test_backup_writes_a_private_copy_and_refuses_to_overwrite(cli: Cli, inbox: 
     result = cli("backup", str(dest), "--json", now=T0)
     assert result.code == 0, result.err
     doc = json.loads(result.out)
-    assert doc == {"db": str(inbox), "backup": str(dest), "bytes": dest.stat().st_size}
+    assert doc == {"db": str(inbox_path), "backup": str(dest), "bytes": dest.stat().st_size}
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
     copied = json.loads(cli("--db", str(dest), "events", "--json", now=T0).out)
     assert copied == json.loads(cli("events", "--json", now=T0).out)
@@ -64,15 +63,15 @@ def test_backup_writes_a_private_copy_and_refuses_to_overwrite(cli: Cli, inbox: 
     assert one_error(again.err) == f"agentbox: error: {dest} exists; pass --force to replace it"
     assert cli("backup", str(dest), "--force", now=T0).code == 0
     assert len(json.loads(cli("--db", str(dest), "events", "--json", now=T0).out)) == 4
-    assert cli("backup", str(inbox), "--force", now=T0).code == 2  # never onto itself
+    assert cli("backup", str(inbox_path), "--force", now=T0).code == 2  # never onto itself
     missing = cli("backup", str(tmp_path / "no" / "copy.sqlite3"), now=T0)
     assert missing.code == 1 and "cannot write the backup" in one_error(missing.err)
 
 
-def test_backup_compacts_and_hands_space_back_on_an_old_style_file(cli: Cli, inbox: Path,
+def test_backup_compacts_and_hands_space_back_on_an_old_style_file(cli: Cli, inbox_path: Path,
                                                                    tmp_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox) as store:  # made as an inbox of an older agentbox was
+    with SqliteStore(inbox_path) as store:  # made as an inbox of an older agentbox was
         store.conn.execute("PRAGMA auto_vacuum = NONE")
         store.conn.execute("VACUUM")
         assert store.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
@@ -84,12 +83,12 @@ def test_backup_compacts_and_hands_space_back_on_an_old_style_file(cli: Cli, inb
 
 @pytest.mark.slow
 def test_a_backup_taken_during_four_writers_restores_every_acked_event(
-        home: Path, inbox: Path, tmp_path: Path,
+        home: Path, inbox_path: Path, tmp_path: Path,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     assert agentbox_proc("ingest", "s", "first").returncode == 0
     env = proc_env(home)
     logs = [tmp_path / f"writer-{n}.log" for n in range(4)]
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(inbox), f"w{n}", str(log)],
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(inbox_path), f"w{n}", str(log)],
                                 env=env, stderr=subprocess.PIPE, text=True)
                for n, log in enumerate(logs)]
 
@@ -113,13 +112,13 @@ def test_a_backup_taken_during_four_writers_restores_every_acked_event(
     assert len(before) >= 80 and len(acked()) > len(before)
 
     # restore: the writers are stopped, the backup takes the inbox's place
-    os.replace(inbox, tmp_path / "damaged.sqlite3")
+    os.replace(inbox_path, tmp_path / "damaged.sqlite3")
     for side in ("-wal", "-shm"):
-        Path(f"{inbox}{side}").unlink(missing_ok=True)
-    shutil.copy2(dest, inbox)
+        Path(f"{inbox_path}{side}").unlink(missing_ok=True)
+    shutil.copy2(dest, inbox_path)
     checked = agentbox_proc("doctor", "--json")
     assert checked.returncode == 0, checked.stdout
-    with SqliteStore(inbox) as restored:
+    with SqliteStore(inbox_path) as restored:
         stored = {e.source_id for e in restored.events(("pending",), source="load",
                                                        limit=10**6)}
         assert restored.find("s", "first") is not None

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from proctools import proc_env
-
-T0 = 1_000_000
+from support.clock import T0
+from support.processes import proc_env
 
 
 def _race(home: Path, jobs: Sequence[tuple[list[str], str]]) -> list[tuple[int, str, str]]:
@@ -62,7 +61,7 @@ def _count(db: Path, query: Any) -> int:
 
 
 @pytest.mark.slow
-def test_ten_writers_mixed_single_and_jsonl(home: Path, inbox: Path, query: Any) -> None:
+def test_ten_writers_mixed_single_and_jsonl(home: Path, inbox_path: Path, query: Any) -> None:
     singles = [(["ingest", "single", f"s{i % 3}", "-f", "-", "--json"], json.dumps({"k": i % 3}))
                for i in range(6)]
     streams = [(["ingest", "--jsonl", "-", "--json"], _stream(range(p * 150, p * 150 + 300)))
@@ -79,9 +78,9 @@ def test_ten_writers_mixed_single_and_jsonl(home: Path, inbox: Path, query: Any)
         assert (doc["stored"] + doc["duplicate"], doc["conflict"], doc["bad"]) == (300, 0, 0)
     distinct = 3 + 750
     assert sum(d["stored"] for d in stream_docs) == 750
-    assert _count(inbox, query) == distinct
+    assert _count(inbox_path, query) == distinct
     # the pending tally, added once per transaction by each writer, lost nothing
-    assert query(inbox, "SELECT n FROM state_counts WHERE tbl = 'events' "
+    assert query(inbox_path, "SELECT n FROM state_counts WHERE tbl = 'events' "
                         "AND state = 'pending'") == [(distinct,)]
     # every process that saw a key was told the same id for it
     ids: dict[str, int] = {}
@@ -91,7 +90,7 @@ def test_ten_writers_mixed_single_and_jsonl(home: Path, inbox: Path, query: Any)
         for entry in doc["lines"]:
             assert ids.setdefault(entry["source_id"], entry["id"]) == entry["id"]
     assert len(ids) == distinct
-    assert dict(query(inbox, "SELECT source_id, id FROM events")) == ids
+    assert dict(query(inbox_path, "SELECT source_id, id FROM events")) == ids
 
 
 @pytest.mark.slow

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import stat
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-T0 = 1_000_000
-
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 
 def shown(cli: Cli, *flags: str) -> dict[str, dict[str, Any]]:
@@ -92,14 +90,14 @@ def test_set_human_output(cli: Cli, home: Path) -> None:
     ("no_such_key", "1", "unknown setting"),
 ])
 def test_set_refuses_bad_values_and_writes_nothing(cli: Cli, home: Path, one_error: Any,
-                                                   snapshot: Any, key: str, value: str,
+                                                   tree_snapshot: Any, key: str, value: str,
                                                    needle: str) -> None:
     assert cli("config", "set", "max_batch", "7").code == 0
-    before = snapshot(home)
+    before = tree_snapshot(home)
     result = cli("config", "set", key, value)
     assert result.code == 2
     assert needle in one_error(result.err)
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
 
 
 def test_set_with_bad_user_name_writes_nothing(cli: Cli, home: Path, one_error: Any) -> None:

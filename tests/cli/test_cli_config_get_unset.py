@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-Cli = Callable[..., Any]
+from support.fixtures import Cli
 
 
 def got(cli: Cli, key: str, *flags: str) -> dict[str, Any]:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.fixtures import Cli
+
 FRI_1200_EST = 1772816400  # 2026-03-06; clocks spring forward in New York on Sunday the 8th
 MON_0800_EDT = 1773057600
-Cli = Callable[..., Any]
 
 
 def listed(cli: Cli, now: int = FRI_1200_EST) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proctools import proc_env
+from support.processes import proc_env
 
 pytestmark = pytest.mark.slow
 

@@ -6,16 +6,14 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
+from support.clock import T0
+from support.fixtures import Cli
 
-T0 = 1_000_000
-Cli = Callable[..., Any]
 NAMES = ["open", "integrity", "schema", "permissions", "wal", "lease", "running", "uncertain",
          "pending"]
 
@@ -31,20 +29,20 @@ def failed(checks: dict[str, tuple[bool, str]]) -> list[str]:
     return [name for name, (ok, _) in checks.items() if not ok]
 
 
-def test_a_healthy_inbox_passes_every_check(cli: Cli, inbox: Path) -> None:
+def test_a_healthy_inbox_passes_every_check(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
     assert cli("run", "--", "sh", "-c", "cat >/dev/null", now=T0).code == 0
     code, checks = doctor(cli)
     assert (code, list(checks), failed(checks)) == (0, NAMES, [])
-    assert checks["open"][1] == str(inbox)
+    assert checks["open"][1] == str(inbox_path)
     human = cli("doctor", now=T0)
     assert human.code == 0 and len(human.out.splitlines()) == len(NAMES)
     assert all(line.startswith("ok ") for line in human.out.splitlines())
 
 
-def test_an_inbox_others_can_read_fails(cli: Cli, inbox: Path) -> None:
+def test_an_inbox_others_can_read_fails(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    inbox.chmod(0o644)
+    inbox_path.chmod(0o644)
     code, checks = doctor(cli)
     assert (code, failed(checks)) == (1, ["permissions"])
     assert "mode 0644" in checks["permissions"][1]
@@ -52,18 +50,18 @@ def test_an_inbox_others_can_read_fails(cli: Cli, inbox: Path) -> None:
     assert line.startswith("FAIL  permissions")
 
 
-def test_a_folder_others_can_write_into_fails(cli: Cli, inbox: Path) -> None:
+def test_a_folder_others_can_write_into_fails(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    inbox.parent.chmod(0o777)
+    inbox_path.parent.chmod(0o777)
     code, checks = doctor(cli)
     assert (code, failed(checks)) == (1, ["permissions"])
-    inbox.parent.chmod(0o1777)  # sticky, like /tmp: others cannot replace the file
+    inbox_path.parent.chmod(0o1777)  # sticky, like /tmp: others cannot replace the file
     assert doctor(cli)[0] == 0
 
 
-def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox: Path) -> None:
+def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox) as store:
+    with SqliteStore(inbox_path) as store:
         generation = store.acquire("elsewhere:1:dead", T0, 60)
         assert generation is not None
         assert store.claim("elsewhere:1:dead", generation, T0, Policy()) is not None
@@ -74,21 +72,21 @@ def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox: Pat
     assert "1 event(s) stuck running past their lease (1)" in checks["running"][1]
 
 
-def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, inbox: Path) -> None:
+def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     holder = f"{socket.gethostname()}:{gone.stdout.strip()}:cafe"
-    with SqliteStore(inbox) as store:
+    with SqliteStore(inbox_path) as store:
         assert store.acquire(holder, T0, 600) is not None
     code, checks = doctor(cli, now=T0 + 10)
     assert (code, failed(checks)) == (1, ["lease"])
     assert checks["lease"][1].startswith(f"stale: held by {holder}")
 
 
-def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, inbox: Path) -> None:
+def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox) as store:
+    with SqliteStore(inbox_path) as store:
         generation = store.acquire("w:1:x", T0, 60)
         assert generation is not None
         claimed = store.claim("w:1:x", generation, T0, Policy())
@@ -105,13 +103,13 @@ def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, inbox: Pat
     assert checks["pending"][1].startswith("oldest pending event is 10m old")
 
 
-def test_a_corrupt_page_fails_the_integrity_check(cli: Cli, inbox: Path) -> None:
+def test_a_corrupt_page_fails_the_integrity_check(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "--jsonl", "-", now=T0, stdin="".join(
         f'{{"source": "s", "source_id": "{n}", "payload": {{"text": "{"x" * 200}"}}}}\n'
         for n in range(2000))).code == 0
-    size = inbox.stat().st_size
-    assert size > 100 * 4096 and not Path(f"{inbox}-wal").exists()
-    with open(inbox, "r+b") as fh:  # a page in the middle of the events table, overwritten
+    size = inbox_path.stat().st_size
+    assert size > 100 * 4096 and not Path(f"{inbox_path}-wal").exists()
+    with open(inbox_path, "r+b") as fh:  # a page in the middle of the events table, overwritten
         fh.seek((size // 4096 // 2) * 4096)
         fh.write(b"\xff" * 4096)
     result = cli("doctor", now=T0)
@@ -120,9 +118,9 @@ def test_a_corrupt_page_fails_the_integrity_check(cli: Cli, inbox: Path) -> None
     assert "Traceback" not in result.err
 
 
-def test_a_file_that_is_no_inbox_fails_to_open(cli: Cli, inbox: Path) -> None:
-    inbox.parent.mkdir(parents=True)
-    inbox.write_bytes(b"definitely not SQLite" * 100)
+def test_a_file_that_is_no_inbox_fails_to_open(cli: Cli, inbox_path: Path) -> None:
+    inbox_path.parent.mkdir(parents=True)
+    inbox_path.write_bytes(b"definitely not SQLite" * 100)
     code, checks = doctor(cli)
     assert (code, list(checks)) == (1, ["open"])
     assert "not an agentbox database" in checks["open"][1]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-T0 = 1_000_000
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 
 def listed(cli: Cli, *argv: str, now: int = T0) -> list[dict[str, Any]]:
@@ -21,9 +20,9 @@ def listed(cli: Cli, *argv: str, now: int = T0) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def mixed(cli: Cli, inbox: Path, make_dead: Any) -> dict[str, int]:
+def mixed(cli: Cli, inbox_path: Path, make_dead: Any) -> dict[str, int]:
     """An inbox with one dead event and three pending ones arriving an hour apart."""
-    [dead] = make_dead(inbox, ["poison"], T0)
+    [dead] = make_dead(inbox_path, ["poison"], T0)
     got = {"poison": dead}
     for n, key in enumerate(("a", "b", "c")):
         result = cli("ingest", "chat" if key != "b" else "github", key, "--payload",

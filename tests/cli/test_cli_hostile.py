@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-T0 = 1_000_000
-
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 BAD_NAMES = {
     "slash": "a/b",
@@ -43,24 +42,24 @@ COMMANDS = [
 
 
 @pytest.fixture
-def seeded(cli: Cli, home: Path, inbox: Path) -> Path:
+def seeded(cli: Cli, home: Path, inbox_path: Path) -> Path:
     """alice's inbox with two events in it; returns the inbox path."""
     assert cli("ingest", "s", "1", "--payload", '{"n": 1}', now=T0).code == 0
     assert cli("ingest", "s", "2", now=T0).code == 0
-    return inbox
+    return inbox_path
 
 
 @pytest.mark.parametrize("name", list(BAD_NAMES.values()), ids=list(BAD_NAMES))
 def test_bad_user_flag_is_65_and_touches_nothing(cli: Cli, home: Path, seeded: Path,
-                                                 snapshot: Any, one_error: Any,
+                                                 tree_snapshot: Any, one_error: Any,
                                                  name: str) -> None:
-    before = snapshot(home)
+    before = tree_snapshot(home)
     for argv in COMMANDS:
         result = cli("--user", name, *argv, now=T0, stdin='{"source":"s","source_id":"9"}\n')
         assert result.code == 65, argv
         assert "invalid user name" in one_error(result.err)
         assert result.out == ""
-        assert snapshot(home) == before, argv
+        assert tree_snapshot(home) == before, argv
 
 
 @pytest.mark.parametrize("name", [n for n in BAD_NAMES.values() if "\x00" not in n and n],
@@ -96,7 +95,7 @@ def test_bad_user_names_in_real_processes(agentbox_proc: Any, home: Path) -> Non
     assert not home.exists()
 
 
-def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox: Path,
+def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox_path: Path,
                                                          query: Any) -> None:
     source = "'; DROP TABLE events; --"
     source_id = "1' OR '1'='1"
@@ -108,15 +107,15 @@ def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox: Path,
     assert cli("ingest", "s", "1' OR '1'='1", now=T0).code == 0  # a different source
     again = cli("ingest", source, source_id, "--payload", json.dumps(payload), "--json", now=T0)
     assert json.loads(again.out)["outcome"] == "duplicate"
-    rows = query(inbox, "SELECT source, source_id, payload FROM events WHERE source = ? "
+    rows = query(inbox_path, "SELECT source, source_id, payload FROM events WHERE source = ? "
                         "AND source_id = ?", (source, source_id))
     assert len(rows) == 1 and json.loads(rows[0][2]) == payload
-    assert query(inbox, "SELECT COUNT(*) FROM events") == [(2,)]
-    tables = {r[0] for r in query(inbox, "SELECT name FROM sqlite_schema WHERE type='table'")}
+    assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(2,)]
+    tables = {r[0] for r in query(inbox_path, "SELECT name FROM sqlite_schema WHERE type='table'")}
     assert {"events", "history", "lease"} <= tables
     stream = json.dumps({"source": source, "source_id": "2; --", "payload": payload})
     assert cli("ingest", "--jsonl", "-", stdin=stream, now=T0).code == 0
-    assert query(inbox, "SELECT source_id FROM events WHERE source = ? ORDER BY id",
+    assert query(inbox_path, "SELECT source_id FROM events WHERE source = ? ORDER BY id",
                  (source,)) == [(source_id,), ("2; --",)]
 
 
@@ -131,10 +130,10 @@ def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox: Path,
     (["ingest", "s", "1", "--payload", '{"n": 2}'], None, 3),
 ])
 def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded: Path,
-                                                    snapshot: Any, one_error: Any,
+                                                    tree_snapshot: Any, one_error: Any,
                                                     argv: list[str], stdin: bytes | None,
                                                     code: int) -> None:
-    before = snapshot(home)
+    before = tree_snapshot(home)
     # a conflict is answered, and recorded in the event's history; nothing else is
     result = cli(*argv, stdin=stdin, now=T0)
     assert result.code == code
@@ -147,7 +146,7 @@ def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded
             assert event is not None and event.payload == '{"n":1}'
         return
     one_error(result.err)
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
 
 
 def _real_inbox(path: Path, events: int = 3) -> None:
@@ -173,44 +172,45 @@ def _refused_everywhere(cli: Cli, one_error: Any, needle: str,
     b"SQLite format 3\x00" + b"\xff" * 4080,
     b"not a database at all\n",
 ], ids=["random", "header-then-garbage", "text"])
-def test_a_garbage_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox: Path,
-                                             snapshot: Any, one_error: Any,
+def test_a_garbage_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox_path: Path,
+                                             tree_snapshot: Any, one_error: Any,
                                              content: bytes) -> None:
-    inbox.parent.mkdir(parents=True)
-    inbox.write_bytes(content)
-    before = snapshot(home)
-    _refused_everywhere(cli, one_error, str(inbox))
-    assert snapshot(home) == before
+    inbox_path.parent.mkdir(parents=True)
+    inbox_path.write_bytes(content)
+    before = tree_snapshot(home)
+    _refused_everywhere(cli, one_error, str(inbox_path))
+    assert tree_snapshot(home) == before
 
 
 @pytest.mark.parametrize("keep", [0.02, 0.1, 0.5, 0.9])
-def test_a_truncated_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox: Path,
-                                               snapshot: Any, one_error: Any,
+def test_a_truncated_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox_path: Path,
+                                               tree_snapshot: Any, one_error: Any,
                                                keep: float) -> None:
-    _real_inbox(inbox, events=300)
-    data = inbox.read_bytes()
-    inbox.write_bytes(data[:int(len(data) * keep)])
-    before = snapshot(home)
+    _real_inbox(inbox_path, events=300)
+    data = inbox_path.read_bytes()
+    inbox_path.write_bytes(data[:int(len(data) * keep)])
+    before = tree_snapshot(home)
     _refused_everywhere(cli, one_error, "corrupt")
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
 
 
-def test_a_newer_schema_is_refused_and_kept(cli: Cli, home: Path, inbox: Path, snapshot: Any,
-                                            one_error: Any, query: Any) -> None:
+def test_a_newer_schema_is_refused_and_kept(cli: Cli, home: Path, inbox_path: Path,
+                                            tree_snapshot: Any, one_error: Any,
+                                            query: Any) -> None:
     from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 
-    _real_inbox(inbox)
-    conn = sqlite3.connect(inbox)
+    _real_inbox(inbox_path)
+    conn = sqlite3.connect(inbox_path)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 4}")
     conn.close()
-    before = snapshot(home)
+    before = tree_snapshot(home)
     _refused_everywhere(cli, one_error, "newer agentbox")
     assert f"schema {SCHEMA_VERSION + 4}" in cli("status").err
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
 
 
 @pytest.mark.parametrize("journal", ["delete", "wal"])
-def test_a_foreign_sqlite_file_is_refused_and_kept(cli: Cli, tmp_path: Path, snapshot: Any,
+def test_a_foreign_sqlite_file_is_refused_and_kept(cli: Cli, tmp_path: Path, tree_snapshot: Any,
                                                    one_error: Any, journal: str) -> None:
     folder = tmp_path / "theirs"
     folder.mkdir()
@@ -221,13 +221,13 @@ def test_a_foreign_sqlite_file_is_refused_and_kept(cli: Cli, tmp_path: Path, sna
     conn.execute("INSERT INTO events (what) VALUES ('theirs')")
     conn.commit()
     conn.close()
-    before = snapshot(folder)
+    before = tree_snapshot(folder)
     _refused_everywhere(cli, one_error, "not an agentbox database", ("--db", str(db)))
-    assert snapshot(folder) == before
+    assert tree_snapshot(folder) == before
 
 
-def test_a_folder_where_the_inbox_should_be(cli: Cli, inbox: Path, one_error: Any) -> None:
-    inbox.mkdir(parents=True)
+def test_a_folder_where_the_inbox_should_be(cli: Cli, inbox_path: Path, one_error: Any) -> None:
+    inbox_path.mkdir(parents=True)
     result = cli("ingest", "s", "1", now=T0)
     assert result.code == 1
     assert "directory" in one_error(result.err)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from proctools import proc_env
+from support.processes import proc_env
 
 
 def buffered_env(home: Path) -> dict[str, str]:

@@ -11,17 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.cells import cell_len
 
-from proctools import proc_env
-
-T0 = 1_700_000_000
-Cli = Callable[..., Any]
+from support.clock import T0_2023
+from support.fixtures import Cli
+from support.processes import proc_env
 
 GITHUB_ID = "72f1c8a0-5d0e-11ee-8c99-0242ac120002"
 STRIPE_ID = "evt_1NirD82eZvKYlo2CIvbtLWuY"
@@ -44,7 +41,7 @@ def script(tmp_path: Path, name: str, text: str) -> list[str]:
 @pytest.fixture
 def busy_inbox(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Dead events with long ids and errors, held and failed messages, approvals, timers."""
-    monkeypatch.setenv("AGENTBOX_NOW", str(T0))
+    monkeypatch.setenv("AGENTBOX_NOW", str(T0_2023))
     assert cli("ingest", "github", GITHUB_ID).code == 0
     assert cli("ingest", "stripe", STRIPE_ID).code == 0
     assert cli("config", "set", "max_attempts", "1").code == 0
@@ -133,7 +130,7 @@ def test_outbox_shows_a_preview_of_each_body(cli: Cli, busy_inbox: Path,
 def test_piped_output_fits_80_columns(busy_inbox: Path, home: Path) -> None:
     """A pipe has no width; without COLUMNS rich assumes 80, and the tables fit it."""
     env = {k: v for k, v in proc_env(home).items() if k not in ("COLUMNS", "LINES")}
-    env["AGENTBOX_NOW"] = str(T0)
+    env["AGENTBOX_NOW"] = str(T0_2023)
     for argv in (["dead"], ["outbox"], ["approve", "list"], ["schedule", "list"]):
         done = subprocess.run([sys.executable, "-m", "agentbox", *argv], env=env,
                               capture_output=True, text=True, timeout=60)

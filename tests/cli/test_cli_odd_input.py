@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-T0 = 1_000_000
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
+
 NOT_UTF8 = os.fsdecode(b"x\xff")  # how a non-UTF-8 command-line word reaches Python
 
 

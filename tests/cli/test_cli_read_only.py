@@ -4,14 +4,13 @@ empty one."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-T0 = 1_000_000
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 # Each read-only command, as JSON where it has JSON: the same answer as a new inbox gives.
 SAME_AS_EMPTY = [
@@ -30,7 +29,7 @@ OTHERS = [["metrics"], ["doctor", "--json"], ["status"], ["events"]]
 
 @pytest.mark.parametrize("argv", SAME_AS_EMPTY + OTHERS, ids=" ".join)
 def test_nothing_is_created_and_the_user_is_told(cli: Cli, home: Path, argv: list[str],
-                                                 snapshot: Any) -> None:
+                                                 tree_snapshot: Any) -> None:
     result = cli(*argv, now=T0)
     assert result.code == 0, result.err
     assert result.err == "agentbox: no inbox for user 'alice' (inboxes: none yet)\n"
@@ -47,15 +46,15 @@ def test_the_answer_is_that_of_an_empty_inbox(cli: Cli, home: Path, argv: list[s
     assert json.loads(missing.out) == json.loads(empty.out)
 
 
-def test_the_notice_names_the_inboxes_that_exist(cli: Cli, home: Path, snapshot: Any) -> None:
+def test_the_notice_names_the_inboxes_that_exist(cli: Cli, home: Path, tree_snapshot: Any) -> None:
     for user in ("bob", "carol"):
         assert cli("-u", user, "ingest", "s", "1", now=T0).code == 0
     (home / "inboxes" / "not a user.sqlite3").write_bytes(b"")
-    before = snapshot(home)
+    before = tree_snapshot(home)
     result = cli("-u", "alcie", "events", "--json", now=T0)
     assert (result.code, json.loads(result.out)) == (0, [])
     assert result.err == "agentbox: no inbox for user 'alcie' (inboxes: bob, carol)\n"
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
 
 
 def test_a_missing_db_file_is_named(cli: Cli, tmp_path: Path) -> None:

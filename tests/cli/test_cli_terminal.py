@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-T0 = 1_000_000
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 # OSC title, BEL, clear screen, a C1 CSI, DEL, a carriage return, a bidi override
 HOSTILE = "\x1b]0;pwned\x07|\x1b[2J|\u009b31m|\x7f|\r|\u202e"

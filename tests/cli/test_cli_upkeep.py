@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import re
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.clock import T0
+from support.fixtures import Cli
+
 DAY = 86400
-T0 = 1_000_000
 LATER = T0 + 31 * DAY
-Cli = Callable[..., Any]
 HANDLER = ["--", "sh", "-c", "cat >/dev/null; echo '{\"messages\": [\"ok\"]}'"]
 
 
@@ -79,15 +79,15 @@ def test_run_says_what_it_pruned(cli: Cli) -> None:
 
 
 def test_inboxes_lists_every_user_and_creates_nothing(cli: Cli, home: Path,
-                                                      snapshot: Any) -> None:
+                                                      tree_snapshot: Any) -> None:
     assert cli("inboxes", "--json").out.strip() == "[]"
     assert not home.exists()
     ingest_and_finish(cli, ["a"])
     assert cli("-u", "bob", "ingest", "s", "1", now=T0 + 5).code == 0
     (home / "inboxes" / "zed.sqlite3").write_bytes(b"not a database at all")
-    before = snapshot(home)
+    before = tree_snapshot(home)
     docs = json.loads(cli("inboxes", "--json", now=T0 + 9).out)
-    assert snapshot(home) == before
+    assert tree_snapshot(home) == before
     assert [d["user"] for d in docs] == ["alice", "bob", "zed"]
     alice, bob, zed = docs
     assert alice["events"] == {"pending": 0, "running": 0, "done": 1, "dead": 0}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 import pytest
 
 import agentbox
-
-Cli = Callable[..., Any]
+from support.fixtures import Cli
 
 
 def test_version_in_process(cli: Cli, home: Path) -> None:

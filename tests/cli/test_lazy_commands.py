@@ -5,17 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.main import get_command
 
 from agentbox.cli import build, load_commands
 from agentbox.cli.app import COMMANDS, app
-
-Cli = Callable[..., Any]
+from support.fixtures import Cli
 
 
 def test_every_command_has_a_home_and_every_home_is_listed() -> None:

@@ -7,7 +7,7 @@ dropped afterwards) and yields a function that opens the inbox of a user
 there: opening the same user twice gives two connections to one inbox, as
 two processes would have. Every test runs once per backend, with the same
 expectations; a backend whose server is missing is skipped (see
-tests/pgtools.py).
+tests/support/postgres.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.store import Store, open_store
-from pgtools import fresh_schema
+from support.postgres import fresh_schema
 
 Opener = Callable[[str], Store]  # a user's name -> that user's inbox
 
@@ -42,14 +42,14 @@ BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Opener]]] = {
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+def open_inbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     with BACKENDS[request.param](tmp_path) as opener:
         yield opener
 
 
 @pytest.fixture
-def backend(place: Opener) -> Iterator[Store]:
-    store = place("alice")
+def backend(open_inbox: Opener) -> Iterator[Store]:
+    store = open_inbox("alice")
     try:
         yield store
     finally:
@@ -57,9 +57,9 @@ def backend(place: Opener) -> Iterator[Store]:
 
 
 @pytest.fixture
-def other_backend(place: Opener, backend: Store) -> Iterator[Store]:
+def other_backend(open_inbox: Opener, backend: Store) -> Iterator[Store]:
     """Another user's inbox beside ``backend`` (on PostgreSQL, in the same schema)."""
-    store = place("bob")
+    store = open_inbox("bob")
     try:
         yield store
     finally:
@@ -67,9 +67,9 @@ def other_backend(place: Opener, backend: Store) -> Iterator[Store]:
 
 
 @pytest.fixture
-def twin(place: Opener, backend: Store) -> Iterator[Store]:
+def twin(open_inbox: Opener, backend: Store) -> Iterator[Store]:
     """A second connection to ``backend``'s own inbox, as another process would open it."""
-    store = place("alice")
+    store = open_inbox("alice")
     try:
         yield store
     finally:

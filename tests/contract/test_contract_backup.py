@@ -9,16 +9,16 @@ import pytest
 
 from agentbox.errors import UsageError
 from agentbox.store import Store, open_store
-
-from .kit import T, run, say
+from support.clock import T0
+from support.store import run, say
 
 
 def test_a_backup_opens_as_the_same_inbox(backend: Store, tmp_path: Path) -> None:
     for n in range(5):
-        backend.ingest("hook", str(n), f'{{"n":{n}}}', T + n)
-    run(backend, "agent", T + 10)
-    say(backend, T + 11, "hello")
-    backend.ingest("hook", "late", "{}", T + 12)
+        backend.ingest("hook", str(n), f'{{"n":{n}}}', T0 + n)
+    run(backend, "agent", T0 + 10)
+    say(backend, T0 + 11, "hello")
+    backend.ingest("hook", "late", "{}", T0 + 12)
     dest = tmp_path / "copy.sqlite3"
     size = backend.backup(str(dest))
     assert size == dest.stat().st_size > 0
@@ -37,7 +37,7 @@ def test_a_backup_opens_as_the_same_inbox(backend: Store, tmp_path: Path) -> Non
 
 
 def test_a_backup_never_overwrites_unless_asked(backend: Store, tmp_path: Path) -> None:
-    backend.ingest("hook", "1", "{}", T)
+    backend.ingest("hook", "1", "{}", T0)
     dest = tmp_path / "copy.sqlite3"
     dest.write_bytes(b"precious")
     with pytest.raises(UsageError):
@@ -53,7 +53,7 @@ def test_a_backup_never_overwrites_unless_asked(backend: Store, tmp_path: Path) 
 
 
 def test_a_healthy_store_passes_every_check(backend: Store) -> None:
-    backend.ingest("hook", "1", "{}", T)
+    backend.ingest("hook", "1", "{}", T0)
     checks = backend.checks()
     assert {"integrity", "schema"} <= {c.name for c in checks}
     assert all(c.ok for c in checks), checks

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentbox.rules.policy import Policy
 from agentbox.store import Store
-
-from .kit import TTL, T, run
+from support.clock import T0, TTL
+from support.store import run
 
 
 def ids(events: list) -> list[int]:
@@ -14,23 +14,23 @@ def ids(events: list) -> list[int]:
 
 def fill(store: Store) -> dict[str, int]:
     """Six events: two done, one dead, one running, two pending; by name -> id."""
-    got = {name: store.ingest(source, name, "{}", T + n).id
+    got = {name: store.ingest(source, name, "{}", T0 + n).id
            for n, (source, name) in enumerate([("github", "a"), ("chat", "b"), ("github", "c"),
                                                ("chat", "d"), ("github", "e"), ("chat", "f")])}
-    run(store, "w1", T + 10, policy=Policy(lease_ttl=TTL, max_batch=2))  # a, b done
-    generation = store.acquire("w2", T + 11, TTL)
+    run(store, "w1", T0 + 10, policy=Policy(lease_ttl=TTL, max_batch=2))  # a, b done
+    generation = store.acquire("w2", T0 + 11, TTL)
     assert generation is not None
     poison = Policy(lease_ttl=TTL, max_batch=1, max_attempts=1)
-    [c] = store.claim("w2", generation, T + 11, poison) or []
-    assert store.fail("w2", generation, T + 11, [c.id], "boom", poison)  # c dead
-    [d] = store.claim("w2", generation, T + 12, poison) or []  # d left running
+    [c] = store.claim("w2", generation, T0 + 11, poison) or []
+    assert store.fail("w2", generation, T0 + 11, [c.id], "boom", poison)  # c dead
+    [d] = store.claim("w2", generation, T0 + 12, poison) or []  # d left running
     assert (c.id, d.id) == (got["c"], got["d"])
     return got
 
 
 def test_an_empty_store_lists_nothing(backend: Store) -> None:
     assert backend.events() == []
-    assert backend.events(("pending", "dead"), source="x", since=0, until=T, before=5) == []
+    assert backend.events(("pending", "dead"), source="x", since=0, until=T0, before=5) == []
 
 
 def test_events_lists_the_newest_that_match_oldest_first(backend: Store) -> None:
@@ -51,16 +51,16 @@ def test_events_lists_the_newest_that_match_oldest_first(backend: Store) -> None
 
 def test_since_and_until_bound_the_arrival_time(backend: Store) -> None:
     got = fill(backend)
-    assert ids(backend.events(since=T + 4)) == [got["e"], got["f"]]
-    assert ids(backend.events(until=T + 2)) == [got["a"], got["b"]]
-    assert ids(backend.events(since=T + 1, until=T + 3)) == [got["b"], got["c"]]
-    assert backend.events(since=T + 3, until=T + 3) == []
+    assert ids(backend.events(since=T0 + 4)) == [got["e"], got["f"]]
+    assert ids(backend.events(until=T0 + 2)) == [got["a"], got["b"]]
+    assert ids(backend.events(since=T0 + 1, until=T0 + 3)) == [got["b"], got["c"]]
+    assert backend.events(since=T0 + 3, until=T0 + 3) == []
 
 
 def test_before_pages_back_through_every_event_once(backend: Store) -> None:
     fill(backend)
     for n in range(4):
-        backend.ingest("bulk", str(n), "{}", T + 20)
+        backend.ingest("bulk", str(n), "{}", T0 + 20)
     seen: list[int] = []
     before = None
     while page := backend.events(limit=3, before=before):
@@ -80,24 +80,24 @@ def test_vitals_of_an_empty_store(backend: Store) -> None:
 
 
 def test_vitals_follow_ingests_runs_and_prunes(backend: Store) -> None:
-    backend.ingest("s", "1", "{}", T)
-    backend.ingest("s", "2", "{}", T + 5)
+    backend.ingest("s", "1", "{}", T0)
+    backend.ingest("s", "2", "{}", T0 + 5)
     vitals = backend.vitals()
-    assert vitals.oldest_pending == T and vitals.last_activity == T + 5
+    assert vitals.oldest_pending == T0 and vitals.last_activity == T0 + 5
     assert vitals.last_run is None and vitals.status.events["pending"] == 2
-    generation = backend.acquire("w", T + 7, TTL)
+    generation = backend.acquire("w", T0 + 7, TTL)
     assert generation is not None
-    [first] = backend.claim("w", generation, T + 7, Policy(lease_ttl=TTL, max_batch=1)) or []
+    [first] = backend.claim("w", generation, T0 + 7, Policy(lease_ttl=TTL, max_batch=1)) or []
     vitals = backend.vitals()
-    assert (first.created_at, vitals.oldest_pending, vitals.last_run) == (T, T + 5, T + 7)
-    assert vitals.last_activity == T + 7
-    assert backend.finish("w", generation, T + 8, [first.id])
-    assert backend.release("w", generation, T + 8)
-    run(backend, "w", T + 9)
+    assert (first.created_at, vitals.oldest_pending, vitals.last_run) == (T0, T0 + 5, T0 + 7)
+    assert vitals.last_activity == T0 + 7
+    assert backend.finish("w", generation, T0 + 8, [first.id])
+    assert backend.release("w", generation, T0 + 8)
+    run(backend, "w", T0 + 9)
     assert backend.vitals().oldest_pending is None
-    run(backend, "w", T + 30)  # an idle run is a run too: a stopped timer shows
+    run(backend, "w", T0 + 30)  # an idle run is a run too: a stopped timer shows
     vitals = backend.vitals()
-    assert (vitals.last_run, vitals.last_activity) == (T + 30, T + 30)
-    backend.record_prune(T + 40)
-    assert backend.vitals().last_prune == T + 40
+    assert (vitals.last_run, vitals.last_activity) == (T0 + 30, T0 + 30)
+    backend.record_prune(T0 + 40)
+    assert backend.vitals().last_prune == T0 + 40
     assert backend.vitals().status.lease == backend.lease()

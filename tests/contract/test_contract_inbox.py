@@ -7,8 +7,8 @@ import pytest
 from agentbox.errors import BadInput
 from agentbox.rules.policy import Policy
 from agentbox.store import Store
-
-from .kit import TTL, T, run, snapshot
+from support.clock import T0, TTL
+from support.store import run, store_snapshot
 
 
 def test_location_and_instance_identify_a_store(backend: Store, other_backend: Store) -> None:
@@ -29,14 +29,14 @@ def test_an_empty_store_reports_zero_everywhere(backend: Store) -> None:
 
 
 def test_ingest_stores_once_and_the_first_payload_stands(backend: Store) -> None:
-    stored = backend.ingest("github", "d-1", '{"pr":12}', T)
+    stored = backend.ingest("github", "d-1", '{"pr":12}', T0)
     assert stored.outcome == "stored"
     assert (stored.source, stored.source_id) == ("github", "d-1")
-    before = snapshot(backend, [stored.id])
-    duplicate = backend.ingest("github", "d-1", '{"pr":12}', T + 1)
+    before = store_snapshot(backend, [stored.id])
+    duplicate = backend.ingest("github", "d-1", '{"pr":12}', T0 + 1)
     assert (duplicate.outcome, duplicate.id) == ("duplicate", stored.id)
-    assert snapshot(backend, [stored.id]) == before
-    conflict = backend.ingest("github", "d-1", '{"pr":99}', T + 2)
+    assert store_snapshot(backend, [stored.id]) == before
+    conflict = backend.ingest("github", "d-1", '{"pr":99}', T0 + 2)
     assert (conflict.outcome, conflict.id) == ("conflict", stored.id)
     event = backend.find("github", "d-1")
     assert event is not None and event == backend.event(stored.id)
@@ -47,19 +47,19 @@ def test_ingest_stores_once_and_the_first_payload_stands(backend: Store) -> None
 
 def test_ingest_many_answers_item_by_item(backend: Store) -> None:
     results = backend.ingest_many([("s", "1", "{}"), ("s", "2", "{}"), ("s", "1", "{}"),
-                                   ("s", "2", '{"x":1}')], T)
+                                   ("s", "2", '{"x":1}')], T0)
     assert [r.outcome for r in results] == ["stored", "stored", "duplicate", "conflict"]
     assert results[0].id == results[2].id and results[1].id == results[3].id
     assert results[0].id != results[1].id
-    assert backend.ingest_many([], T) == []
+    assert backend.ingest_many([], T0) == []
 
 
 def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Store) -> None:
-    first = backend.ingest("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}', T)
+    first = backend.ingest("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}', T0)
     results = backend.ingest_many([
         ("new", "ü-1", '{"a":"é"}'), ("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}'),
         ("s'; DROP TABLE events; --", "é \"1\"", '{"v":2}'), ("new", "ü-2", "{}"),
-        ("new", "ü-1", '{"a":"e"}')], T + 1)
+        ("new", "ü-1", '{"a":"e"}')], T0 + 1)
     assert [r.outcome for r in results] == ["stored", "duplicate", "conflict", "stored",
                                             "conflict"]
     assert results[1].id == results[2].id == first.id
@@ -75,52 +75,52 @@ def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Sto
 def test_bad_keys_are_refused_before_anything_is_stored(backend: Store) -> None:
     for source, source_id in (("", "1"), ("s", ""), ("s", "a\x00")):
         with pytest.raises(BadInput):
-            backend.ingest(source, source_id, "{}", T)
+            backend.ingest(source, source_id, "{}", T0)
     assert backend.status().events["pending"] == 0
 
 
 def test_dead_lists_buried_events_with_their_error_and_replay_revives_them(
         backend: Store) -> None:
-    ids = [backend.ingest("s", str(n), f'{{"n":{n}}}', T).id for n in range(3)]
+    ids = [backend.ingest("s", str(n), f'{{"n":{n}}}', T0).id for n in range(3)]
     one_try = Policy(lease_ttl=TTL, max_attempts=1)
-    generation = backend.acquire("W", T, TTL)
+    generation = backend.acquire("W", T0, TTL)
     assert generation is not None
-    batch = backend.claim("W", generation, T, one_try)
+    batch = backend.claim("W", generation, T0, one_try)
     assert batch is not None and [e.id for e in batch] == ids
-    assert backend.fail("W", generation, T, ids[:2], "handler exited 1", one_try)
-    assert backend.finish("W", generation, T, ids[2:])
-    assert backend.release("W", generation, T)
+    assert backend.fail("W", generation, T0, ids[:2], "handler exited 1", one_try)
+    assert backend.finish("W", generation, T0, ids[2:])
+    assert backend.release("W", generation, T0)
     dead = backend.dead()
     assert [(e.id, e.status, e.attempts, e.error) for e in dead] == [
         (i, "dead", 1, "handler exited 1") for i in ids[:2]]
     assert [e.id for e in backend.dead(limit=1)] == ids[:1]
     assert backend.status().events == {"pending": 0, "running": 0, "done": 1, "dead": 2}
 
-    assert backend.replay([ids[0], ids[2], 999], T + 10) == [ids[0]]  # only the dead one
+    assert backend.replay([ids[0], ids[2], 999], T0 + 10) == [ids[0]]  # only the dead one
     revived = backend.event(ids[0])
     assert revived is not None
     assert (revived.status, revived.attempts, revived.error, revived.source_id) == (
         "pending", 0, None, "0")
     assert backend.story(ids[0])[-1].action == "replayed"
-    assert backend.replay(None, T + 11) == [ids[1]]
+    assert backend.replay(None, T0 + 11) == [ids[1]]
     assert backend.dead() == []
     assert backend.status().events == {"pending": 2, "running": 0, "done": 1, "dead": 0}
-    _, batch = run(backend, "W2", T + 12)
+    _, batch = run(backend, "W2", T0 + 12)
     assert [e.id for e in batch] == ids[:2]  # replayed: fresh again, batched together
 
 
 def test_story_names_every_transition_in_order(backend: Store) -> None:
-    event_id = backend.ingest("s", "1", "{}", T).id
-    generation = backend.acquire("W", T, TTL)
+    event_id = backend.ingest("s", "1", "{}", T0).id
+    generation = backend.acquire("W", T0, TTL)
     assert generation is not None
-    backend.claim("W", generation, T, Policy(lease_ttl=TTL, max_attempts=2))
-    backend.fail("W", generation, T + 1, [event_id], "boom",
+    backend.claim("W", generation, T0, Policy(lease_ttl=TTL, max_attempts=2))
+    backend.fail("W", generation, T0 + 1, [event_id], "boom",
                  Policy(lease_ttl=TTL, max_attempts=2))
-    backend.claim("W", generation, T + 2, Policy(lease_ttl=TTL, max_attempts=2))
-    backend.finish("W", generation, T + 3, [event_id])
+    backend.claim("W", generation, T0 + 2, Policy(lease_ttl=TTL, max_attempts=2))
+    backend.finish("W", generation, T0 + 3, [event_id])
     story = backend.story(event_id)
     assert [(e.action, e.at, e.generation) for e in story] == [
-        ("stored", T, None), ("claimed", T, 1), ("failed", T + 1, 1),
-        ("claimed", T + 2, 1), ("finished", T + 3, 1)]
+        ("stored", T0, None), ("claimed", T0, 1), ("failed", T0 + 1, 1),
+        ("claimed", T0 + 2, 1), ("finished", T0 + 3, 1)]
     assert all(e.subject == "event" and e.subject_id == str(event_id) for e in story)
     assert story[2].detail == "boom"

@@ -7,8 +7,8 @@ import pytest
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.outbox import RESEND_BACKOFF, Dispatch, Wait
 from agentbox.store import Store
-
-from .kit import T, say, states
+from support.clock import T0
+from support.store import outbox_states, say
 
 GAP = 3600
 TIMEOUT = 60
@@ -28,73 +28,73 @@ def wait(store: Store, now: int, mode: str = "at-least-once", max_tries: int = 5
 
 
 def test_held_messages_go_out_merged_in_order_under_one_key(backend: Store) -> None:
-    assert wait(backend, T) == Wait(0, None)
-    say(backend, T, "one", "two")
-    say(backend, T + 1, "three")
-    sent = dispatch(backend, T + 2)
+    assert wait(backend, T0) == Wait(0, None)
+    say(backend, T0, "one", "two")
+    say(backend, T0 + 1, "three")
+    sent = dispatch(backend, T0 + 2)
     assert sent.body.split("\n\n") == ["one", "two", "three"]
     assert (sent.tries, sent.urgent, sent.mode) == (1, False, "at-least-once")
-    assert len(sent.message_ids) == 3 and sent.deadline > T + 2
-    assert states(backend) == ["sending"] * 3
-    assert backend.settle_dispatch(sent.key, "sent", T + 3, attempt=1)
-    assert states(backend) == ["sent"] * 3
-    assert {m.sent_at for m in backend.outbox(("sent",))} == {T + 3}
+    assert len(sent.message_ids) == 3 and sent.deadline > T0 + 2
+    assert outbox_states(backend) == ["sending"] * 3
+    assert backend.settle_dispatch(sent.key, "sent", T0 + 3, attempt=1)
+    assert outbox_states(backend) == ["sent"] * 3
+    assert {m.sent_at for m in backend.outbox(("sent",))} == {T0 + 3}
     assert backend.status().outbox == {"held": 0, "sending": 0, "sent": 3, "uncertain": 0}
-    assert not backend.settle_dispatch(sent.key, "sent", T + 4, attempt=1)  # settled already
+    assert not backend.settle_dispatch(sent.key, "sent", T0 + 4, attempt=1)  # settled already
 
 
 def test_the_gap_holds_messages_and_urgent_bypasses_it(backend: Store) -> None:
     # the article's case 8: three updates inside an hour
     sends = []
     for n, minute in enumerate((0, 10, 20)):
-        now = T + minute * 60
+        now = T0 + minute * 60
         say(backend, now, f"update {n}")
         found = backend.claim_dispatch(now, "at-least-once", GAP, TIMEOUT)
         if isinstance(found, Dispatch):
             sends.append(found.body.replace("\n\n", " | "))
             assert backend.settle_dispatch(found.key, "sent", now, attempt=found.tries)
         else:
-            assert found.until == T + GAP
-    merged = dispatch(backend, T + 61 * 60)
+            assert found.until == T0 + GAP
+    merged = dispatch(backend, T0 + 61 * 60)
     sends.append(merged.body.replace("\n\n", " | "))
     assert sends == ["update 0", "update 1 | update 2"]
-    assert backend.settle_dispatch(merged.key, "sent", T + 61 * 60, attempt=1)
+    assert backend.settle_dispatch(merged.key, "sent", T0 + 61 * 60, attempt=1)
 
-    say(backend, T + 62 * 60, "routine")
-    assert wait(backend, T + 62 * 60).held == 1
-    say(backend, T + 63 * 60, "the site is down", urgent=True)
-    urgent = dispatch(backend, T + 63 * 60)
+    say(backend, T0 + 62 * 60, "routine")
+    assert wait(backend, T0 + 62 * 60).held == 1
+    say(backend, T0 + 63 * 60, "the site is down", urgent=True)
+    urgent = dispatch(backend, T0 + 63 * 60)
     assert urgent.urgent and urgent.body == "routine\n\nthe site is down"
 
 
 def test_a_failed_send_holds_the_rows_again_and_does_not_use_the_gap(backend: Store) -> None:
-    say(backend, T, "hello")
-    first = dispatch(backend, T)
-    assert backend.settle_dispatch(first.key, "failed", T + 1, "channel said no", attempt=1)
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)
+    assert backend.settle_dispatch(first.key, "failed", T0 + 1, "channel said no", attempt=1)
     [message] = backend.outbox()
     assert (message.state, message.error) == ("held", "channel said no")
-    again = dispatch(backend, T + 2)  # no gap to wait out: nothing went out
+    again = dispatch(backend, T0 + 2)  # no gap to wait out: nothing went out
     assert again.key != first.key and again.body == "hello"
 
 
 def test_unknown_at_least_once_is_resent_under_the_same_key(backend: Store) -> None:
-    say(backend, T, "hello")
-    first = dispatch(backend, T)
-    assert backend.settle_dispatch(first.key, "unknown", T + 1, "killed", attempt=1)
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "killed", attempt=1)
     assert wait(backend, first.deadline).in_flight == 1  # not before the deadline
     resend = dispatch(backend, first.deadline + 1)  # within the gap, still resent
     assert (resend.key, resend.body, resend.message_ids, resend.tries) == (
         first.key, first.body, first.message_ids, 2)
     # the first try's late word cannot undo the second, but a certain delivery counts
     assert not backend.settle_dispatch(first.key, "failed", first.deadline + 2, attempt=1)
-    assert states(backend) == ["sending"]
+    assert outbox_states(backend) == ["sending"]
     assert backend.settle_dispatch(first.key, "sent", first.deadline + 3, attempt=1)
-    assert states(backend) == ["sent"]
+    assert outbox_states(backend) == ["sent"]
 
 
 def test_a_dispatcher_that_died_is_taken_over_after_its_deadline(backend: Store) -> None:
-    say(backend, T, "hello")
-    first = dispatch(backend, T)  # ...and the dispatcher dies: no settle at all
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)  # ...and the dispatcher dies: no settle at all
     resend = dispatch(backend, first.deadline + 1)
     assert (resend.key, resend.tries) == (first.key, 2)
     assert backend.settle_dispatch(resend.key, "sent", first.deadline + 2, attempt=2)
@@ -105,9 +105,9 @@ def test_a_key_that_may_have_delivered_keeps_its_messages_when_a_try_fails(
     """Try 1's outcome is not known, so the channel may have the message under its key.
     A later try that certainly failed must not hand the rows to a new key (a channel
     deduping on the key would deliver twice): they stay, and go again after a backoff."""
-    say(backend, T, "hello")
-    first = dispatch(backend, T)
-    assert backend.settle_dispatch(first.key, "unknown", T + 1, "killed", attempt=1)
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "killed", attempt=1)
     second = dispatch(backend, first.deadline + 1)
     failed_at = first.deadline + 2
     assert backend.settle_dispatch(second.key, "failed", failed_at, "exit 1", attempt=2)
@@ -124,22 +124,22 @@ def test_a_key_that_may_have_delivered_keeps_its_messages_when_a_try_fails(
 
 
 def test_the_tries_of_a_key_are_bounded_then_it_is_parked_uncertain(backend: Store) -> None:
-    say(backend, T, "hello")
-    now = T
+    say(backend, T0, "hello")
+    now = T0
     outcomes = ["unknown", "failed", "unknown"]
     for attempt, outcome in enumerate(outcomes, 1):
         found = dispatch(backend, now, max_tries=3)
         assert (found.tries, found.max_tries) == (attempt, 3)
         assert backend.settle_dispatch(found.key, outcome, now + 1, "no word", attempt=attempt)
         now = max(found.deadline, now + 1 + RESEND_BACKOFF * 2) + 1
-    assert states(backend) == ["uncertain"]  # after 3 tries: an operator decides
+    assert outbox_states(backend) == ["uncertain"]  # after 3 tries: an operator decides
     assert wait(backend, now + 10 * GAP, max_tries=3).held == 0  # never tried again
     assert backend.resolve_dispatch(found.key, True, now) == 1
 
 
 def test_a_dispatcher_that_always_dies_is_not_retried_for_ever(backend: Store) -> None:
-    say(backend, T, "hello")
-    now, keys = T, []
+    say(backend, T0, "hello")
+    now, keys = T0, []
     for _ in range(4):
         found = backend.claim_dispatch(now, "at-least-once", GAP, TIMEOUT, max_tries=3)
         if isinstance(found, Wait):
@@ -148,38 +148,38 @@ def test_a_dispatcher_that_always_dies_is_not_retried_for_ever(backend: Store) -
         now = found.deadline + 1
     assert [tries for _, tries in keys] == [1, 2, 3]
     assert len({key for key, _ in keys}) == 1
-    assert states(backend) == ["uncertain"]
+    assert outbox_states(backend) == ["uncertain"]
 
 
 def test_a_first_try_that_failed_still_frees_its_rows(backend: Store) -> None:
     """Certainly not delivered, never possibly: the rows may go under a new key."""
-    say(backend, T, "hello")
-    first = dispatch(backend, T, max_tries=1)
-    assert backend.settle_dispatch(first.key, "failed", T + 1, "exit 1", attempt=1)
-    assert states(backend) == ["held"]
-    assert dispatch(backend, T + 2).key != first.key
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, max_tries=1)
+    assert backend.settle_dispatch(first.key, "failed", T0 + 1, "exit 1", attempt=1)
+    assert outbox_states(backend) == ["held"]
+    assert dispatch(backend, T0 + 2).key != first.key
 
 
 def test_unknown_at_most_once_is_parked_until_an_operator_resolves_it(backend: Store) -> None:
-    say(backend, T, "hello")
-    first = dispatch(backend, T, "at-most-once")
-    assert backend.settle_dispatch(first.key, "unknown", T + 1, "timed out", attempt=1)
-    assert states(backend) == ["uncertain"]
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, "at-most-once")
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "timed out", attempt=1)
+    assert outbox_states(backend) == ["uncertain"]
     assert wait(backend, first.deadline + GAP, "at-most-once").held == 0  # never resent
     assert backend.status().outbox["uncertain"] == 1
-    assert backend.resolve_dispatch(first.key, False, T + GAP) == 1
-    assert states(backend) == ["held"]
+    assert backend.resolve_dispatch(first.key, False, T0 + GAP) == 1
+    assert outbox_states(backend) == ["held"]
     with pytest.raises(NotAsAsked):
-        backend.resolve_dispatch(first.key, True, T + GAP)
+        backend.resolve_dispatch(first.key, True, T0 + GAP)
     again = dispatch(backend, first.deadline + GAP, "at-most-once")
     assert again.key != first.key and again.body == "hello"
 
 
 def test_an_abandoned_at_most_once_claim_is_parked_not_resent(backend: Store) -> None:
-    say(backend, T, "hello")
-    first = dispatch(backend, T, "at-most-once")  # the dispatcher dies
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, "at-most-once")  # the dispatcher dies
     assert wait(backend, first.deadline + 1, "at-most-once").held == 0
-    assert states(backend) == ["uncertain"]
+    assert outbox_states(backend) == ["uncertain"]
     assert backend.resolve_dispatch(first.key, True, first.deadline + 2) == 1
     [message] = backend.outbox(("sent",))
     assert message.dispatch_key == first.key
@@ -187,27 +187,27 @@ def test_an_abandoned_at_most_once_claim_is_parked_not_resent(backend: Store) ->
 
 def test_resolve_refuses_what_it_cannot_resolve(backend: Store) -> None:
     with pytest.raises(BadInput):
-        backend.resolve_dispatch("no-such-key", True, T)
-    say(backend, T, "hello")
-    sent = dispatch(backend, T)
-    backend.settle_dispatch(sent.key, "sent", T, attempt=1)
+        backend.resolve_dispatch("no-such-key", True, T0)
+    say(backend, T0, "hello")
+    sent = dispatch(backend, T0)
+    backend.settle_dispatch(sent.key, "sent", T0, attempt=1)
     with pytest.raises(NotAsAsked):
-        backend.resolve_dispatch(sent.key, False, T)
+        backend.resolve_dispatch(sent.key, False, T0)
 
 
 def test_bad_dispatch_arguments_are_refused(backend: Store) -> None:
-    say(backend, T, "hello")
+    say(backend, T0, "hello")
     with pytest.raises(BadInput):
-        backend.claim_dispatch(T, "exactly-once", GAP, TIMEOUT)
-    assert states(backend) == ["held"]
+        backend.claim_dispatch(T0, "exactly-once", GAP, TIMEOUT)
+    assert outbox_states(backend) == ["held"]
 
 
 def test_dispatch_keys_are_never_reused(backend: Store) -> None:
     keys = set()
     for n in range(4):
-        say(backend, T + n * GAP, f"m{n}")
-        found = dispatch(backend, T + n * GAP)
+        say(backend, T0 + n * GAP, f"m{n}")
+        found = dispatch(backend, T0 + n * GAP)
         keys.add(found.key)
-        backend.settle_dispatch(found.key, "failed" if n % 2 else "sent", T + n * GAP,
+        backend.settle_dispatch(found.key, "failed" if n % 2 else "sent", T0 + n * GAP,
                                 attempt=1)
     assert len(keys) == 4

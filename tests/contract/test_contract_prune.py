@@ -5,16 +5,17 @@ from __future__ import annotations
 from agentbox import upkeep
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import DAY, Policy
+from agentbox.rules.records import OUTBOX_STATES
 from agentbox.rules.retention import PruneCounts, cutoffs
 from agentbox.rules.timers import TimerSpec
 from agentbox.store import Store
-
-from .kit import ALL_OUTBOX, TTL, T, run, say, snapshot
+from support.clock import T0, TTL
+from support.store import run, say, store_snapshot
 
 KEEP = 30 * DAY
 WINDOW = 90 * DAY
 POLICY = Policy(lease_ttl=TTL, keep_done=KEEP, keep_sent=KEEP, dedupe_window=WINDOW)
-LATER = T + KEEP + 1  # every event finished at T is past keep_done by then
+LATER = T0 + KEEP + 1  # every event finished at T is past keep_done by then
 
 
 def no_sleep(_: float) -> None:
@@ -27,7 +28,7 @@ def prune(store: Store, now: int, policy: Policy = POLICY, step: int = 500) -> P
     return report.counts
 
 
-def done_events(store: Store, n: int, now: int = T, source: str = "hook") -> list[int]:
+def done_events(store: Store, n: int, now: int = T0, source: str = "hook") -> list[int]:
     got = [store.ingest(source, f"{source}-{i}", f'{{"n":{i}}}', now).id for i in range(n)]
     run(store, f"finisher-{now}-{source}", now, policy=Policy(lease_ttl=TTL, max_batch=n))
     return got
@@ -35,7 +36,7 @@ def done_events(store: Store, n: int, now: int = T, source: str = "hook") -> lis
 
 def test_done_events_past_keep_done_go_with_their_history(backend: Store) -> None:
     old = done_events(backend, 3)
-    fresh = done_events(backend, 2, now=T + 10 * DAY, source="late")
+    fresh = done_events(backend, 2, now=T0 + 10 * DAY, source="late")
     assert backend.story(old[0])
     counts = prune(backend, LATER)
     assert counts.events == 3
@@ -49,17 +50,17 @@ def test_done_events_past_keep_done_go_with_their_history(backend: Store) -> Non
 
 def test_dead_pending_and_running_events_are_never_pruned_by_age(backend: Store) -> None:
     poison = Policy(lease_ttl=TTL, max_attempts=1, max_batch=1)
-    dead_id = backend.ingest("s", "dead", "{}", T).id
-    generation = backend.acquire("w", T, TTL)
+    dead_id = backend.ingest("s", "dead", "{}", T0).id
+    generation = backend.acquire("w", T0, TTL)
     assert generation is not None
-    claimed = backend.claim("w", generation, T, poison)
-    assert claimed is not None and backend.fail("w", generation, T, [dead_id], "boom", poison)
-    running_id = backend.ingest("s", "running", "{}", T).id
-    assert ids_of(backend.claim("w", generation, T, poison)) == [running_id]
-    pending_id = backend.ingest("s", "pending", "{}", T).id
-    before = snapshot(backend, [dead_id, running_id, pending_id])
-    assert prune(backend, T + 1000 * DAY) == PruneCounts()
-    assert snapshot(backend, [dead_id, running_id, pending_id])["events"] == before["events"]
+    claimed = backend.claim("w", generation, T0, poison)
+    assert claimed is not None and backend.fail("w", generation, T0, [dead_id], "boom", poison)
+    running_id = backend.ingest("s", "running", "{}", T0).id
+    assert ids_of(backend.claim("w", generation, T0, poison)) == [running_id]
+    pending_id = backend.ingest("s", "pending", "{}", T0).id
+    before = store_snapshot(backend, [dead_id, running_id, pending_id])
+    assert prune(backend, T0 + 1000 * DAY) == PruneCounts()
+    assert store_snapshot(backend, [dead_id, running_id, pending_id])["events"] == before["events"]
     assert backend.status().events == {"pending": 1, "running": 1, "done": 0, "dead": 1}
 
 
@@ -70,10 +71,10 @@ def ids_of(events: list | None) -> list[int]:
 
 def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: Store) -> None:
     [first, _] = done_events(backend, 2)
-    backend.ingest("hook", "newest", "{}", T)  # the newest event stays whatever its age
+    backend.ingest("hook", "newest", "{}", T0)  # the newest event stays whatever its age
     prune(backend, LATER)
     assert backend.event(first) is None
-    before = snapshot(backend)
+    before = store_snapshot(backend)
     again = backend.ingest("hook", "hook-0", '{"n":0}', LATER)
     assert (again.outcome, again.id) == ("duplicate", first)
     changed = backend.ingest("hook", "hook-0", '{"n":99}', LATER)
@@ -81,13 +82,13 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
     many = backend.ingest_many([("hook", "hook-0", '{"n":0}'), ("hook", "hook-1", "{}")],
                                LATER)
     assert [r.outcome for r in many] == ["duplicate", "conflict"]
-    assert snapshot(backend) == before
+    assert store_snapshot(backend) == before
     assert backend.find("hook", "hook-0") is None
 
     # the window counts from the event's arrival (T): after it the key is free again
-    last = T + WINDOW - 1
+    last = T0 + WINDOW - 1
     assert backend.ingest("hook", "hook-0", '{"n":0}', last).outcome == "duplicate"
-    stored = backend.ingest("hook", "hook-0", '{"n":5}', T + WINDOW)
+    stored = backend.ingest("hook", "hook-0", '{"n":5}', T0 + WINDOW)
     assert stored.outcome == "stored" and stored.id > first
     event = backend.find("hook", "hook-0")
     assert event is not None and event.payload == '{"n":5}'
@@ -105,27 +106,27 @@ def test_ids_are_never_given_out_twice(backend: Store) -> None:
     highest = max(e.id for e in backend.events())
     counts = prune(backend, LATER)
     assert counts.events == 2 and [e.id for e in backend.events()] == [highest]
-    say(backend, T, "one")
+    say(backend, T0, "one")
     assert backend.ingest("hook", "brand-new", "{}", LATER).id > highest
 
 
 def test_keys_past_the_window_are_forgotten_by_the_next_prune(backend: Store) -> None:
     done_events(backend, 3)
     assert prune(backend, LATER).events == 2
-    counts = prune(backend, T + WINDOW)
+    counts = prune(backend, T0 + WINDOW)
     assert counts.keys_forgotten == 2 and counts.events == 0
-    assert prune(backend, T + WINDOW + 1) == PruneCounts()
+    assert prune(backend, T0 + WINDOW + 1) == PruneCounts()
 
 
 def test_approval_outcomes_stay_with_their_request(backend: Store) -> None:
-    assert backend.request_approval("refund-1", T, 3600, "refund order 1")
-    assert backend.answer_approval("refund-1", "yes", T + 1) == "yes"
-    run(backend, "agent", T + 2)
-    backend.ingest("hook", "later", "{}", T + 3)
-    prune(backend, T + 400 * DAY)
-    [approval] = backend.approvals(T + 400 * DAY)
+    assert backend.request_approval("refund-1", T0, 3600, "refund order 1")
+    assert backend.answer_approval("refund-1", "yes", T0 + 1) == "yes"
+    run(backend, "agent", T0 + 2)
+    backend.ingest("hook", "later", "{}", T0 + 3)
+    prune(backend, T0 + 400 * DAY)
+    [approval] = backend.approvals(T0 + 400 * DAY)
     assert approval.outcome == "yes"
-    assert backend.answer_approval("refund-1", "no", T + 400 * DAY) == "yes"
+    assert backend.answer_approval("refund-1", "no", T0 + 400 * DAY) == "yes"
 
 
 def send(store: Store, now: int, gap: int = 3600) -> Dispatch:
@@ -136,45 +137,45 @@ def send(store: Store, now: int, gap: int = 3600) -> Dispatch:
 
 
 def test_sent_messages_and_settled_dispatches_past_keep_sent_go(backend: Store) -> None:
-    say(backend, T, "one", "two")
-    send(backend, T)
-    say(backend, T + 2 * 3600, "three")
-    failed = backend.claim_dispatch(T + 2 * 3600, "at-least-once", 3600, 60)
+    say(backend, T0, "one", "two")
+    send(backend, T0)
+    say(backend, T0 + 2 * 3600, "three")
+    failed = backend.claim_dispatch(T0 + 2 * 3600, "at-least-once", 3600, 60)
     assert isinstance(failed, Dispatch)
-    assert backend.settle_dispatch(failed.key, "failed", T + 2 * 3600, "no", attempt=1)
-    uncertain = backend.claim_dispatch(T + 3 * 3600, "at-most-once", 3600, 60)
+    assert backend.settle_dispatch(failed.key, "failed", T0 + 2 * 3600, "no", attempt=1)
+    uncertain = backend.claim_dispatch(T0 + 3 * 3600, "at-most-once", 3600, 60)
     assert isinstance(uncertain, Dispatch)
-    assert backend.settle_dispatch(uncertain.key, "unknown", T + 3 * 3600, "lost",
+    assert backend.settle_dispatch(uncertain.key, "unknown", T0 + 3 * 3600, "lost",
                                    attempt=1)
-    say(backend, T + 4 * 3600, "four")
-    counts = prune(backend, T + 4 * 3600 + KEEP)
+    say(backend, T0 + 4 * 3600, "four")
+    counts = prune(backend, T0 + 4 * 3600 + KEEP)
     assert (counts.messages, counts.dispatches) == (2, 2)
-    assert [m.state for m in backend.outbox(ALL_OUTBOX)] == ["uncertain", "held"]
+    assert [m.state for m in backend.outbox(OUTBOX_STATES)] == ["uncertain", "held"]
     assert backend.status().outbox == {"held": 1, "sending": 0, "sent": 0, "uncertain": 1}
-    assert backend.resolve_dispatch(uncertain.key, True, T + 4 * 3600 + KEEP) == 1
+    assert backend.resolve_dispatch(uncertain.key, True, T0 + 4 * 3600 + KEEP) == 1
 
 
 def test_the_last_send_stays_while_it_paces_the_outbox(backend: Store) -> None:
     gap = 60 * DAY  # longer than keep_sent: pruning the send must not shorten it
-    say(backend, T, "one")
-    send(backend, T, gap)
-    say(backend, T + 1, "two")
-    counts = prune(backend, T + KEEP + 10, POLICY._replace(outbox_gap=gap))
+    say(backend, T0, "one")
+    send(backend, T0, gap)
+    say(backend, T0 + 1, "two")
+    counts = prune(backend, T0 + KEEP + 10, POLICY._replace(outbox_gap=gap))
     assert (counts.messages, counts.dispatches) == (1, 0)
-    found = backend.claim_dispatch(T + KEEP + 10, "at-least-once", gap, 60)
-    assert isinstance(found, Wait) and found.until == T + gap
+    found = backend.claim_dispatch(T0 + KEEP + 10, "at-least-once", gap, 60)
+    assert isinstance(found, Wait) and found.until == T0 + gap
 
 
 def test_a_dry_run_counts_what_a_prune_removes_and_changes_nothing(backend: Store) -> None:
     done_events(backend, 4)
-    say(backend, T, "hello")
-    send(backend, T)
-    say(backend, T + 1, "newest")
-    backend.ingest("hook", "newest", "{}", T)
-    before = snapshot(backend, range(1, 8))
+    say(backend, T0, "hello")
+    send(backend, T0)
+    say(backend, T0 + 1, "newest")
+    backend.ingest("hook", "newest", "{}", T0)
+    before = store_snapshot(backend, range(1, 8))
     cut = cutoffs(LATER, POLICY)
     counted = backend.prunable(cut)
-    assert snapshot(backend, range(1, 8)) == before
+    assert store_snapshot(backend, range(1, 8)) == before
     assert counted.events == 4 and counted.messages == 1 and counted.dispatches == 1
     assert counted.total == 6
     assert prune(backend, LATER) == counted
@@ -183,7 +184,7 @@ def test_a_dry_run_counts_what_a_prune_removes_and_changes_nothing(backend: Stor
 
 def test_each_step_removes_at_most_its_limit(backend: Store) -> None:
     done_events(backend, 8)
-    backend.ingest("hook", "newest", "{}", T)
+    backend.ingest("hook", "newest", "{}", T0)
     cut = cutoffs(LATER, POLICY)
     steps = []
     while (done := backend.prune_step(cut, 3)).total:
@@ -193,16 +194,16 @@ def test_each_step_removes_at_most_its_limit(backend: Store) -> None:
 
 
 def test_timer_history_keeps_its_last_keep_done(backend: Store) -> None:
-    backend.add_timer(TimerSpec(name="hourly", due=T, every=3600), T)
+    backend.add_timer(TimerSpec(name="hourly", due=T0, every=3600), T0)
     for hour in range(3):
-        assert backend.tick(T + hour * 3600, POLICY) == 1
-    run(backend, "agent", T + 7200)
-    backend.ingest("hook", "newest", "{}", T + 7200)
+        assert backend.tick(T0 + hour * 3600, POLICY) == 1
+    run(backend, "agent", T0 + 7200)
+    backend.ingest("hook", "newest", "{}", T0 + 7200)
     assert len(backend.timer_events("hourly")) == 3
-    counts = prune(backend, T + 7200 + KEEP + 1)
+    counts = prune(backend, T0 + 7200 + KEEP + 1)
     assert (counts.events, counts.timer_history) == (3, 4)  # added, and fired three times
     assert backend.timer_events("hourly") == []
-    assert backend.tick(T + 7200 + KEEP + 1, POLICY) == 1  # the schedule itself stands
+    assert backend.tick(T0 + 7200 + KEEP + 1, POLICY) == 1  # the schedule itself stands
     assert [t.name for t in backend.timers()] == ["hourly"]
 
 

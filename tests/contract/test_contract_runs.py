@@ -9,87 +9,87 @@ from agentbox.rules.answer import Answer, ApprovalRequest, FollowUp, Message, Ti
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Lease
 from agentbox.store import Store
-
-from .kit import POLICY, TTL, T, snapshot
+from support.clock import T0, TTL
+from support.store import POLICY, store_snapshot
 
 LATER = TTL + 1
 
 
 def test_lease_acquire_renew_takeover_release(backend: Store) -> None:
-    assert backend.acquire("A", T, TTL) == 1
-    assert backend.lease() == Lease("A", 1, T + TTL)
-    assert backend.acquire("B", T + TTL, TTL) is None
-    assert backend.acquire("A", T + 10, TTL) == 1
-    assert backend.renew("A", 1, T + 20, TTL)
-    assert backend.lease() == Lease("A", 1, T + 20 + TTL)
-    assert not backend.renew("B", 1, T + 21, TTL)
-    assert not backend.renew("A", 1, T + 20 + LATER, TTL)  # lapsed
-    assert backend.acquire("A", T + 20 + LATER, TTL) == 2   # own takeover bumps too
-    assert backend.acquire("B", T + 20 + 2 * LATER, TTL) == 3
-    assert not backend.release("A", 2, T + 20 + 2 * LATER)
-    assert backend.release("B", 3, T + 20 + 2 * LATER + 1)
-    assert backend.acquire("A", T + 20 + 2 * LATER + 1, TTL) == 4  # no wait after release
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.lease() == Lease("A", 1, T0 + TTL)
+    assert backend.acquire("B", T0 + TTL, TTL) is None
+    assert backend.acquire("A", T0 + 10, TTL) == 1
+    assert backend.renew("A", 1, T0 + 20, TTL)
+    assert backend.lease() == Lease("A", 1, T0 + 20 + TTL)
+    assert not backend.renew("B", 1, T0 + 21, TTL)
+    assert not backend.renew("A", 1, T0 + 20 + LATER, TTL)  # lapsed
+    assert backend.acquire("A", T0 + 20 + LATER, TTL) == 2   # own takeover bumps too
+    assert backend.acquire("B", T0 + 20 + 2 * LATER, TTL) == 3
+    assert not backend.release("A", 2, T0 + 20 + 2 * LATER)
+    assert backend.release("B", 3, T0 + 20 + 2 * LATER + 1)
+    assert backend.acquire("A", T0 + 20 + 2 * LATER + 1, TTL) == 4  # no wait after release
     assert backend.status().lease == backend.lease()
 
 
 def test_a_released_lease_is_free_whatever_the_clock_says(backend: Store) -> None:
     """A release frees the lease for good, not until some time: after a run at a later
     clock (an NTP step back, a pinned AGENTBOX_NOW) the next one must not wait."""
-    assert backend.acquire("A", T + 1000, TTL) == 1
-    assert backend.release("A", 1, T + 1000)
+    assert backend.acquire("A", T0 + 1000, TTL) == 1
+    assert backend.release("A", 1, T0 + 1000)
     lease = backend.lease()
     assert lease is not None and lease.released and lease.generation == 1
-    assert backend.acquire("B", T, TTL) == 2  # the clock went back 1000 s
-    assert backend.release("B", 2, T)
-    assert backend.acquire("B", T - 500, TTL) == 3  # the same holder: the generation counts up
-    assert backend.lease() == Lease("B", 3, T - 500 + TTL)
+    assert backend.acquire("B", T0, TTL) == 2  # the clock went back 1000 s
+    assert backend.release("B", 2, T0)
+    assert backend.acquire("B", T0 - 500, TTL) == 3  # the same holder: the generation counts up
+    assert backend.lease() == Lease("B", 3, T0 - 500 + TTL)
     assert backend.status().lease == backend.lease()
 
 
 def test_a_released_lease_fences_its_holder_at_any_clock(backend: Store) -> None:
-    event = backend.ingest("chat", "m1", "{}", T).id
-    assert backend.acquire("A", T, TTL) == 1
-    assert [e.id for e in backend.claim("A", 1, T, POLICY) or []] == [event]
-    assert backend.release("A", 1, T)
-    before = snapshot(backend, [event])
-    for now in (T - 100, T, T + 1):
+    event = backend.ingest("chat", "m1", "{}", T0).id
+    assert backend.acquire("A", T0, TTL) == 1
+    assert [e.id for e in backend.claim("A", 1, T0, POLICY) or []] == [event]
+    assert backend.release("A", 1, T0)
+    before = store_snapshot(backend, [event])
+    for now in (T0 - 100, T0, T0 + 1):
         assert not backend.renew("A", 1, now, TTL)
         assert not backend.release("A", 1, now)
         assert backend.claim("A", 1, now, POLICY) is None
         assert not backend.finish("A", 1, now, [event])
         assert not backend.fail("A", 1, now, [event], "late", POLICY)
-    assert snapshot(backend, [event]) == before
+    assert store_snapshot(backend, [event]) == before
 
 
 def test_claim_takes_the_pending_batch_under_the_generation(backend: Store) -> None:
-    ids = [backend.ingest("chat", f"m{n}", "{}", T).id for n in range(3)]
-    assert backend.acquire("A", T, TTL) == 1
-    assert backend.claim("B", 1, T, POLICY) is None
-    batch = backend.claim("A", 1, T, POLICY)
+    ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(3)]
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.claim("B", 1, T0, POLICY) is None
+    batch = backend.claim("A", 1, T0, POLICY)
     assert batch is not None
     assert [(e.id, e.status, e.attempts, e.claim_gen) for e in batch] == [
         (i, "running", 1, 1) for i in ids]
-    assert backend.claim("A", 1, T, POLICY) == []
+    assert backend.claim("A", 1, T0, POLICY) == []
     assert backend.status().events["running"] == 3
 
 
 def test_claim_respects_max_batch(backend: Store) -> None:
     for n in range(5):
-        backend.ingest("chat", f"m{n}", "{}", T)
-    backend.acquire("A", T, TTL)
+        backend.ingest("chat", f"m{n}", "{}", T0)
+    backend.acquire("A", T0, TTL)
     sizes = []
     for _ in range(3):
-        batch = backend.claim("A", 1, T, Policy(max_batch=2))
+        batch = backend.claim("A", 1, T0, Policy(max_batch=2))
         assert batch is not None
         sizes.append(len(batch))
-        assert backend.finish("A", 1, T, [e.id for e in batch])
+        assert backend.finish("A", 1, T0, [e.id for e in batch])
     assert sizes == [2, 2, 1]
 
 
 def test_takeover_requeues_retries_alone_and_buries_the_exhausted(backend: Store) -> None:
-    poison = backend.ingest("chat", "poison", "{}", T).id
-    healthy = backend.ingest("chat", "healthy", "{}", T).id
-    now, seen = T, []
+    poison = backend.ingest("chat", "poison", "{}", T0).id
+    healthy = backend.ingest("chat", "healthy", "{}", T0).id
+    now, seen = T0, []
     for n in range(5):
         holder = f"W{n}"
         generation = backend.acquire(holder, now, TTL)
@@ -108,141 +108,141 @@ def test_takeover_requeues_retries_alone_and_buries_the_exhausted(backend: Store
 
 
 def test_finish_is_fenced_and_a_refusal_changes_nothing(backend: Store) -> None:
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, POLICY)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, POLICY)
     reply = Answer(messages=(Message("report sent"),))
-    before = snapshot(backend, [event_id])
-    assert not backend.finish("B", 1, T + 1, [event_id], reply)      # wrong holder
-    assert not backend.finish("A", 2, T + 1, [event_id], reply)      # wrong generation
-    assert not backend.finish("A", 1, T + LATER, [event_id], reply)  # lapsed
-    assert not backend.finish("A", 1, T + 1, [event_id, 999], reply)  # not all ours
-    assert not backend.fail("B", 1, T + 1, [event_id], "x", POLICY)
-    assert snapshot(backend, [event_id]) == before
+    before = store_snapshot(backend, [event_id])
+    assert not backend.finish("B", 1, T0 + 1, [event_id], reply)      # wrong holder
+    assert not backend.finish("A", 2, T0 + 1, [event_id], reply)      # wrong generation
+    assert not backend.finish("A", 1, T0 + LATER, [event_id], reply)  # lapsed
+    assert not backend.finish("A", 1, T0 + 1, [event_id, 999], reply)  # not all ours
+    assert not backend.fail("B", 1, T0 + 1, [event_id], "x", POLICY)
+    assert store_snapshot(backend, [event_id]) == before
 
-    assert backend.acquire("B", T + LATER, TTL) == 2
-    backend.claim("B", 2, T + LATER, POLICY)
-    assert backend.acquire("A", T + 2 * LATER + 1, TTL) == 3  # A is back, as generation 3
-    before = snapshot(backend, [event_id])
-    assert not backend.finish("A", 1, T + 2 * LATER + 1, [event_id], reply)
-    assert snapshot(backend, [event_id]) == before
+    assert backend.acquire("B", T0 + LATER, TTL) == 2
+    backend.claim("B", 2, T0 + LATER, POLICY)
+    assert backend.acquire("A", T0 + 2 * LATER + 1, TTL) == 3  # A is back, as generation 3
+    before = store_snapshot(backend, [event_id])
+    assert not backend.finish("A", 1, T0 + 2 * LATER + 1, [event_id], reply)
+    assert store_snapshot(backend, [event_id]) == before
 
 
 def test_finish_marks_done_and_queues_the_answer_together(backend: Store) -> None:
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, POLICY)
-    assert backend.finish("A", 1, T + 5, [event_id],
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, POLICY)
+    assert backend.finish("A", 1, T0 + 5, [event_id],
                           Answer(messages=(Message("one"), Message("two", urgent=True))))
     event = backend.event(event_id)
     assert event is not None and (event.status, event.error) == ("done", None)
     held = backend.outbox()
     assert [(m.body, m.urgent, m.state, m.created_at) for m in held] == [
-        ("one", False, "held", T + 5), ("two", True, "held", T + 5)]
-    assert not backend.finish("A", 1, T + 6, [event_id])  # done rows are not ours to finish
+        ("one", False, "held", T0 + 5), ("two", True, "held", T0 + 5)]
+    assert not backend.finish("A", 1, T0 + 6, [event_id])  # done rows are not ours to finish
     assert backend.status().outbox["held"] == 2
 
 
 def test_fail_retries_later_or_buries_on_the_last_attempt(backend: Store) -> None:
     policy = Policy(lease_ttl=TTL, max_attempts=2, retry_backoff=30, backoff_cap=100)
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, policy)
-    assert backend.fail("A", 1, T, [event_id], "first", policy)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, policy)
+    assert backend.fail("A", 1, T0, [event_id], "first", policy)
     event = backend.event(event_id)
     assert event is not None
-    assert (event.status, event.error, event.available_at) == ("pending", "first", T + 30)
-    assert backend.claim("A", 1, T + 29, policy) == []
-    batch = backend.claim("A", 1, T + 30, policy)
+    assert (event.status, event.error, event.available_at) == ("pending", "first", T0 + 30)
+    assert backend.claim("A", 1, T0 + 29, policy) == []
+    batch = backend.claim("A", 1, T0 + 30, policy)
     assert batch is not None and [e.attempts for e in batch] == [2]
-    assert backend.fail("A", 1, T + 30, [event_id], "second", policy)
+    assert backend.fail("A", 1, T0 + 30, [event_id], "second", policy)
     event = backend.event(event_id)
     assert event is not None and (event.status, event.error) == ("dead", "second")
 
 
 def test_finish_writes_the_whole_answer_or_nothing(backend: Store) -> None:
-    backend.add_timer(TimerSpec(name="digest", due=T + 500, every=3600), T)
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, POLICY)
-    before = snapshot(backend, [event_id])
+    backend.add_timer(TimerSpec(name="digest", due=T0 + 500, every=3600), T0)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, POLICY)
+    before = store_snapshot(backend, [event_id])
     clashing = Answer(messages=(Message("hi"),),
                       approvals=(ApprovalRequest("refund-1", 3600, "refund order 1"),),
                       timers=(FollowUp("digest", 60),))  # may not replace a schedule
     with pytest.raises(BadInput):
-        backend.finish("A", 1, T + 1, [event_id], clashing)
-    assert snapshot(backend, [event_id]) == before  # not even the message
+        backend.finish("A", 1, T0 + 1, [event_id], clashing)
+    assert store_snapshot(backend, [event_id]) == before  # not even the message
 
     answer = Answer(messages=(Message("hi"),),
                     approvals=(ApprovalRequest("refund-1", 3600, "refund order 1"),),
                     timers=(FollowUp("check-back", 60, '{"why":"follow up"}'),))
-    assert backend.finish("A", 1, T + 1, [event_id], answer)
-    [approval] = backend.approvals(T + 1)
+    assert backend.finish("A", 1, T0 + 1, [event_id], answer)
+    [approval] = backend.approvals(T0 + 1)
     assert (approval.id, approval.outcome, approval.expires_at) == ("refund-1", "pending",
-                                                                     T + 1 + 3600)
+                                                                     T0 + 1 + 3600)
     follow_up = next(t for t in backend.timers() if t.name == "check-back")
-    assert (follow_up.due, follow_up.every, follow_up.payload) == (T + 61, None,
+    assert (follow_up.due, follow_up.every, follow_up.payload) == (T0 + 61, None,
                                                                    '{"why":"follow up"}')
     assert [m.body for m in backend.outbox(limit=1)] == ["hi"]
 
 
 def test_interrupt_gives_the_attempt_back_and_never_buries(backend: Store) -> None:
     policy = Policy(lease_ttl=TTL, max_attempts=2)
-    ids = [backend.ingest("chat", f"m{n}", "{}", T).id for n in range(2)]
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, policy)
-    assert backend.fail("A", 1, T, ids, "first try", policy)
-    batch = backend.claim("A", 1, T + 1, policy)  # a retry: claimed alone, its last attempt
+    ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(2)]
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, policy)
+    assert backend.fail("A", 1, T0, ids, "first try", policy)
+    batch = backend.claim("A", 1, T0 + 1, policy)  # a retry: claimed alone, its last attempt
     assert batch is not None and [(e.id, e.attempts) for e in batch] == [(ids[0], 2)]
-    assert backend.interrupt("A", 1, T + 2, [ids[0]])
+    assert backend.interrupt("A", 1, T0 + 2, [ids[0]])
     event = backend.event(ids[0])
     assert event is not None
     assert (event.status, event.attempts, event.error) == ("pending", 1, "first try")
     story = backend.story(ids[0])
     assert (story[-1].action, story[-1].generation, story[-1].detail) == (
         "interrupted", 1, "run stopped; attempt 2 given back")
-    again = backend.claim("A", 1, T + 3, policy)
+    again = backend.claim("A", 1, T0 + 3, policy)
     assert again is not None and [(e.id, e.attempts) for e in again] == [(ids[0], 2)]
 
 
 def test_interrupt_is_fenced(backend: Store) -> None:
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, POLICY)
-    before = snapshot(backend, [event_id])
-    assert not backend.interrupt("B", 1, T + 1, [event_id])        # wrong holder
-    assert not backend.interrupt("A", 2, T + 1, [event_id])        # wrong generation
-    assert not backend.interrupt("A", 1, T + LATER, [event_id])    # lapsed
-    assert not backend.interrupt("A", 1, T + 1, [event_id, 999])   # not all ours
-    assert snapshot(backend, [event_id]) == before
-    assert backend.finish("A", 1, T + 1, [event_id])
-    assert not backend.interrupt("A", 1, T + 2, [event_id])        # done is done
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, POLICY)
+    before = store_snapshot(backend, [event_id])
+    assert not backend.interrupt("B", 1, T0 + 1, [event_id])        # wrong holder
+    assert not backend.interrupt("A", 2, T0 + 1, [event_id])        # wrong generation
+    assert not backend.interrupt("A", 1, T0 + LATER, [event_id])    # lapsed
+    assert not backend.interrupt("A", 1, T0 + 1, [event_id, 999])   # not all ours
+    assert store_snapshot(backend, [event_id]) == before
+    assert backend.finish("A", 1, T0 + 1, [event_id])
+    assert not backend.interrupt("A", 1, T0 + 2, [event_id])        # done is done
 
 
 def test_next_work_says_when_a_run_has_something_to_do(backend: Store) -> None:
     policy = Policy(lease_ttl=TTL, retry_backoff=30, backoff_cap=100)
-    assert backend.next_work(T) is None
-    backend.add_timer(TimerSpec(name="digest", due=T + 500, every=3600), T)
-    assert backend.next_work(T) == T + 500
-    event_id = backend.ingest("chat", "m", "{}", T).id
-    due = backend.next_work(T)
-    assert due is not None and due <= T  # work now
-    backend.acquire("A", T, TTL)
-    backend.claim("A", 1, T, policy)
+    assert backend.next_work(T0) is None
+    backend.add_timer(TimerSpec(name="digest", due=T0 + 500, every=3600), T0)
+    assert backend.next_work(T0) == T0 + 500
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    due = backend.next_work(T0)
+    assert due is not None and due <= T0  # work now
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, policy)
     # Running under a live lease: nothing for another run until that lease ends.
-    assert backend.next_work(T + 1) == T + TTL + 1
-    assert backend.fail("A", 1, T + 1, [event_id], "boom", policy)
-    assert backend.next_work(T + 1) == T + 31  # the retry's backoff, before the timer
-    assert backend.release("A", 1, T + 1)
-    assert backend.claim("A", 1, T + 1, policy) is None  # the lease is gone
-    assert backend.acquire("B", T + 40, TTL) == 2
-    batch = backend.claim("B", 2, T + 40, policy)
+    assert backend.next_work(T0 + 1) == T0 + TTL + 1
+    assert backend.fail("A", 1, T0 + 1, [event_id], "boom", policy)
+    assert backend.next_work(T0 + 1) == T0 + 31  # the retry's backoff, before the timer
+    assert backend.release("A", 1, T0 + 1)
+    assert backend.claim("A", 1, T0 + 1, policy) is None  # the lease is gone
+    assert backend.acquire("B", T0 + 40, TTL) == 2
+    batch = backend.claim("B", 2, T0 + 40, policy)
     assert batch is not None and len(batch) == 1
-    assert backend.finish("B", 2, T + 40, [event_id])
-    assert backend.next_work(T + 40) == T + 500
+    assert backend.finish("B", 2, T0 + 40, [event_id])
+    assert backend.next_work(T0 + 40) == T0 + 500
     # Left running by a worker whose lease was released: work at once.
-    backend.ingest("chat", "n", "{}", T + 41)
-    assert backend.claim("B", 2, T + 41, policy)
-    assert backend.release("B", 2, T + 41)
-    due = backend.next_work(T + 42)
-    assert due is not None and due <= T + 42
+    backend.ingest("chat", "n", "{}", T0 + 41)
+    assert backend.claim("B", 2, T0 + 41, policy)
+    assert backend.release("B", 2, T0 + 41)
+    due = backend.next_work(T0 + 42)
+    assert due is not None and due <= T0 + 42

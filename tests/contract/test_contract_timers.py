@@ -12,12 +12,11 @@ from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.policy import Policy
 from agentbox.rules.timers import TimerSpec, cron_due
 from agentbox.store import Store
-
-from .kit import T
+from support.clock import T0
 
 DAY = 86_400
 H = 3_600
-DIGEST = TimerSpec(name="digest", due=T, every=DAY, payload='{"task":"daily digest"}')
+DIGEST = TimerSpec(name="digest", due=T0, every=DAY, payload='{"task":"daily digest"}')
 
 
 def fired(store: Store, name: str, at: int) -> dict[str, object]:
@@ -28,85 +27,85 @@ def fired(store: Store, name: str, at: int) -> dict[str, object]:
 
 
 def test_add_is_idempotent_and_a_change_needs_replace(backend: Store) -> None:
-    assert backend.add_timer(DIGEST, T) == "added"
-    assert backend.add_timer(DIGEST, T + 5) == "unchanged"
-    changed = TimerSpec(name="digest", due=T, every=DAY, payload='{"task":"other"}')
+    assert backend.add_timer(DIGEST, T0) == "added"
+    assert backend.add_timer(DIGEST, T0 + 5) == "unchanged"
+    changed = TimerSpec(name="digest", due=T0, every=DAY, payload='{"task":"other"}')
     with pytest.raises(NotAsAsked):
-        backend.add_timer(changed, T)
-    assert backend.add_timer(changed, T, replace=True) == "replaced"
+        backend.add_timer(changed, T0)
+    assert backend.add_timer(changed, T0, replace=True) == "replaced"
     [timer] = backend.timers()
     assert (timer.name, timer.due, timer.every, timer.payload, timer.catch_up) == (
-        "digest", T, DAY, '{"task":"other"}', "coalesce")
+        "digest", T0, DAY, '{"task":"other"}', "coalesce")
     assert backend.status().next_timer == timer
 
 
 def test_bad_timers_are_refused(backend: Store) -> None:
-    for spec in (TimerSpec(name="", due=T, every=None),
-                 TimerSpec(name="x", due=T, every=0),
-                 TimerSpec(name="x", due=T, every=60, catch_up="sometimes")):
+    for spec in (TimerSpec(name="", due=T0, every=None),
+                 TimerSpec(name="x", due=T0, every=0),
+                 TimerSpec(name="x", due=T0, every=60, catch_up="sometimes")):
         with pytest.raises(BadInput):
-            backend.add_timer(spec, T)
+            backend.add_timer(spec, T0)
     assert backend.timers(include_done=True) == []
 
 
 def test_a_pass_fires_due_timers_once_and_advances_them(backend: Store) -> None:
-    backend.add_timer(DIGEST, T)
-    assert backend.tick(T - 1) == 0
-    assert (backend.tick(T), backend.tick(T)) == (1, 0)  # the article's pass 1 / pass 2
-    assert fired(backend, "digest", T) == {"task": "daily digest", "timer": "digest",
-                                           "scheduled_for": T, "late_by": 0, "skipped": 0}
+    backend.add_timer(DIGEST, T0)
+    assert backend.tick(T0 - 1) == 0
+    assert (backend.tick(T0), backend.tick(T0)) == (1, 0)  # the article's pass 1 / pass 2
+    assert fired(backend, "digest", T0) == {"task": "daily digest", "timer": "digest",
+                                           "scheduled_for": T0, "late_by": 0, "skipped": 0}
     assert backend.status().events["pending"] == 1
     [timer] = backend.timers()
-    assert timer.due == T + DAY
+    assert timer.due == T0 + DAY
 
 
 def test_missed_occurrences_coalesce_into_one_event(backend: Store) -> None:
-    backend.add_timer(DIGEST, T)
-    backend.tick(T)
-    later = T + DAY + 3 * DAY + 600  # next due, then a three-day outage
+    backend.add_timer(DIGEST, T0)
+    backend.tick(T0)
+    later = T0 + DAY + 3 * DAY + 600  # next due, then a three-day outage
     assert backend.tick(later) == 1
     assert backend.status().events["pending"] == 2
-    latest = fired(backend, "digest", T + 4 * DAY)
+    latest = fired(backend, "digest", T0 + 4 * DAY)
     assert (latest["skipped"], latest["late_by"]) == (3, 600)  # ten minutes late
     [timer] = backend.timers()
     assert round((timer.due - later) / H, 1) == 23.8
 
 
 def test_catch_up_each_writes_one_event_per_missed_occurrence_bounded(backend: Store) -> None:
-    backend.add_timer(TimerSpec(name="billing", due=T, every=DAY, catch_up="each"), T)
-    assert backend.tick(T + 4 * DAY) == 1
-    assert [fired(backend, "billing", T + k * DAY)["skipped"] for k in range(5)] == [0] * 5
+    backend.add_timer(TimerSpec(name="billing", due=T0, every=DAY, catch_up="each"), T0)
+    assert backend.tick(T0 + 4 * DAY) == 1
+    assert [fired(backend, "billing", T0 + k * DAY)["skipped"] for k in range(5)] == [0] * 5
     assert backend.status().events["pending"] == 5
-    backend.tick(T + 14 * DAY, Policy(catch_up_limit=3))
+    backend.tick(T0 + 14 * DAY, Policy(catch_up_limit=3))
     assert backend.status().events["pending"] == 8  # two alone, then the rest coalesced
-    assert [fired(backend, "billing", T + k * DAY)["skipped"] for k in (5, 6, 14)] == [0, 0, 7]
+    assert [fired(backend, "billing", T0 + k * DAY)["skipped"] for k in (5, 6, 14)] == [0, 0, 7]
 
 
 def test_a_one_off_fires_once_and_removed_timers_never_fire(backend: Store) -> None:
-    backend.add_timer(TimerSpec(name="once", due=T + 10, every=None), T)
-    backend.add_timer(TimerSpec(name="gone", due=T + 10, every=None), T)
-    assert backend.remove_timer("gone", T + 1)
-    assert not backend.remove_timer("gone", T + 1)
-    assert backend.tick(T + 10) == 1
-    assert backend.tick(T + 1000) == 0
+    backend.add_timer(TimerSpec(name="once", due=T0 + 10, every=None), T0)
+    backend.add_timer(TimerSpec(name="gone", due=T0 + 10, every=None), T0)
+    assert backend.remove_timer("gone", T0 + 1)
+    assert not backend.remove_timer("gone", T0 + 1)
+    assert backend.tick(T0 + 10) == 1
+    assert backend.tick(T0 + 1000) == 0
     assert backend.timers() == []
     [spent] = backend.timers(include_done=True)
     assert (spent.name, spent.done) == ("once", True)
-    assert backend.find("timer", f"once@{T + 10}") is not None
-    assert backend.find("timer", f"gone@{T + 10}") is None
+    assert backend.find("timer", f"once@{T0 + 10}") is not None
+    assert backend.find("timer", f"gone@{T0 + 10}") is None
 
 
 def test_approvals_the_article_cases(backend: Store) -> None:
     for n in (881, 882, 883):
-        assert backend.request_approval(f"refund-{n}", T, 4 * H, f"refund order {n}")
-    assert not backend.request_approval("refund-881", T + 1, 4 * H, "again")
-    assert [a.outcome for a in backend.approvals(T)] == ["pending"] * 3
-    assert backend.answer_approval("refund-883", "yes", T + H) == "yes"
-    assert backend.answer_approval("refund-883", "no", T + 2 * H) == "yes"
-    backend.tick(T + 5 * H)  # the expiry timers fire; 883's changes nothing
-    assert backend.answer_approval("refund-881", "yes", T + 6 * H) == "expired"
-    assert backend.answer_approval("refund-999", "yes", T) == "unknown"
-    outcomes = {a.id: a.outcome for a in backend.approvals(T + 6 * H)}
+        assert backend.request_approval(f"refund-{n}", T0, 4 * H, f"refund order {n}")
+    assert not backend.request_approval("refund-881", T0 + 1, 4 * H, "again")
+    assert [a.outcome for a in backend.approvals(T0)] == ["pending"] * 3
+    assert backend.answer_approval("refund-883", "yes", T0 + H) == "yes"
+    assert backend.answer_approval("refund-883", "no", T0 + 2 * H) == "yes"
+    backend.tick(T0 + 5 * H)  # the expiry timers fire; 883's changes nothing
+    assert backend.answer_approval("refund-881", "yes", T0 + 6 * H) == "expired"
+    assert backend.answer_approval("refund-999", "yes", T0) == "unknown"
+    outcomes = {a.id: a.outcome for a in backend.approvals(T0 + 6 * H)}
     assert outcomes == {"refund-881": "expired", "refund-882": "expired",
                         "refund-883": "yes"}
     answer = backend.find("approval", "refund-883")
@@ -114,25 +113,25 @@ def test_approvals_the_article_cases(backend: Store) -> None:
 
 
 def test_an_answer_checks_the_deadline_itself(backend: Store) -> None:
-    backend.request_approval("refund-882", T, 4 * H, "refund order 882")
+    backend.request_approval("refund-882", T0, 4 * H, "refund order 882")
     # the scheduler has not run: the answer path must see the deadline on its own
-    assert backend.answer_approval("refund-882", "yes", T + 4 * H) == "expired"
-    assert backend.tick(T + 5 * H) == 1
-    assert backend.answer_approval("refund-882", "no", T + 6 * H) == "expired"
+    assert backend.answer_approval("refund-882", "yes", T0 + 4 * H) == "expired"
+    assert backend.tick(T0 + 5 * H) == 1
+    assert backend.answer_approval("refund-882", "no", T0 + 6 * H) == "expired"
     assert backend.status().events["pending"] == 1  # one outcome, one event
     with pytest.raises(BadInput):
-        backend.answer_approval("refund-882", "maybe", T)
+        backend.answer_approval("refund-882", "maybe", T0)
 
 
 def test_timer_events_lists_what_a_timer_fired_and_nothing_else(backend: Store) -> None:
-    backend.add_timer(DIGEST, T)
-    backend.add_timer(TimerSpec(name="digestA", due=T, every=DAY), T)  # a name just past it
-    backend.add_timer(TimerSpec(name="dig", due=T, every=DAY), T)      # a name just before
-    backend.ingest("chat", "digest@1", "{}", T)                       # another source
-    assert backend.tick(T) == 3
-    assert backend.tick(T + DAY) == 3
+    backend.add_timer(DIGEST, T0)
+    backend.add_timer(TimerSpec(name="digestA", due=T0, every=DAY), T0)  # a name just past it
+    backend.add_timer(TimerSpec(name="dig", due=T0, every=DAY), T0)      # a name just before
+    backend.ingest("chat", "digest@1", "{}", T0)                       # another source
+    assert backend.tick(T0) == 3
+    assert backend.tick(T0 + DAY) == 3
     events = backend.timer_events("digest")
-    assert [e.source_id for e in events] == [f"digest@{T}", f"digest@{T + DAY}"]
+    assert [e.source_id for e in events] == [f"digest@{T0}", f"digest@{T0 + DAY}"]
     assert all(e.source == "timer" for e in events)
     assert backend.timer_events("never-added") == []
 
@@ -145,13 +144,13 @@ def test_timer_events_lists_what_a_timer_fired_and_nothing_else(backend: Store) 
 ])
 def test_catch_up_each_counts_up_to_the_limit_exactly(backend: Store, limit: int, owed: int,
                                                       alone: int, coalesced: int | None) -> None:
-    spec = TimerSpec(name="bill", due=T, every=H, payload="{}", catch_up="each")
-    backend.add_timer(spec, T)
-    now = T + (owed - 1) * H  # ``owed`` occurrences are due, the first at T
+    spec = TimerSpec(name="bill", due=T0, every=H, payload="{}", catch_up="each")
+    backend.add_timer(spec, T0)
+    now = T0 + (owed - 1) * H  # ``owed`` occurrences are due, the first at T
     assert backend.tick(now, Policy(catch_up_limit=limit)) == 1
     events = backend.timer_events("bill")
     bodies = [json.loads(e.payload) for e in events]
-    assert [b["scheduled_for"] for b in bodies[:alone]] == [T + k * H for k in range(alone)]
+    assert [b["scheduled_for"] for b in bodies[:alone]] == [T0 + k * H for k in range(alone)]
     assert all(b["skipped"] == 0 for b in bodies[:alone])
     if coalesced is None:
         assert len(events) == alone
@@ -179,15 +178,15 @@ def cron_timer(name: str, cron: str, tz: str, now: int, catch_up: str = "coalesc
 
 
 def test_a_cron_timer_keeps_its_expression_and_zone(backend: Store) -> None:
-    assert backend.add_timer(WEEKDAYS, T) == "added"
+    assert backend.add_timer(WEEKDAYS, T0) == "added"
     [timer] = backend.timers()
     assert (timer.cron, timer.tz, timer.every, timer.due) == (
         "0 8 * * 1-5", NY, None, MON_0800_EDT)
-    assert backend.add_timer(WEEKDAYS, T + 5) == "unchanged"
+    assert backend.add_timer(WEEKDAYS, T0 + 5) == "unchanged"
     elsewhere = WEEKDAYS._replace(tz="Europe/Berlin")
     with pytest.raises(NotAsAsked):
-        backend.add_timer(elsewhere, T)
-    assert backend.add_timer(elsewhere, T, replace=True) == "replaced"
+        backend.add_timer(elsewhere, T0)
+    assert backend.add_timer(elsewhere, T0, replace=True) == "replaced"
     assert backend.timers()[0].tz == "Europe/Berlin"
     assert backend.status().next_timer == backend.timers()[0]
 
@@ -201,7 +200,7 @@ def test_a_cron_timer_keeps_its_expression_and_zone(backend: Store) -> None:
 def test_a_bad_cron_timer_is_refused_and_nothing_is_stored(backend: Store,
                                                            spec: TimerSpec) -> None:
     with pytest.raises(BadInput):
-        backend.add_timer(spec, T)
+        backend.add_timer(spec, T0)
     assert backend.timers(include_done=True) == []
 
 
@@ -233,8 +232,8 @@ def test_a_repeated_local_time_fires_once(backend: Store) -> None:
 
 
 def test_a_four_day_outage_of_a_weekday_timer(backend: Store) -> None:
-    backend.add_timer(WEEKDAYS, T)
-    backend.add_timer(WEEKDAYS._replace(name="billing", catch_up="each"), T)
+    backend.add_timer(WEEKDAYS, T0)
+    backend.add_timer(WEEKDAYS._replace(name="billing", catch_up="each"), T0)
     back = MON_0800_EDT + 4 * DAY + H  # Friday 09:00 EDT
     assert backend.tick(back) == 2
     latest = fired(backend, "standup", MON_0800_EDT + 4 * DAY)
@@ -250,7 +249,7 @@ def test_a_four_day_outage_of_a_weekday_timer(backend: Store) -> None:
 
 
 def test_catch_up_each_of_a_cron_timer_is_bounded(backend: Store) -> None:
-    backend.add_timer(WEEKDAYS._replace(catch_up="each"), T)
+    backend.add_timer(WEEKDAYS._replace(catch_up="each"), T0)
     back = MON_0800_EDT + 14 * DAY + H  # ten weekdays later, on a Monday
     backend.tick(back, Policy(catch_up_limit=3))
     ids = [e.source_id for e in backend.timer_events("standup")]
@@ -260,7 +259,7 @@ def test_catch_up_each_of_a_cron_timer_is_bounded(backend: Store) -> None:
 
 
 def test_a_follow_up_cannot_replace_a_cron_schedule(backend: Store) -> None:
-    backend.add_timer(WEEKDAYS, T)
+    backend.add_timer(WEEKDAYS, T0)
     with pytest.raises(BadInput, match="recurring schedule"):
-        backend.add_timer(TimerSpec(name="standup", due=T + 60, every=None, follow_up=True), T)
+        backend.add_timer(TimerSpec(name="standup", due=T0 + 60, every=None, follow_up=True), T0)
     assert backend.timers()[0].cron == "0 8 * * 1-5"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from agentbox.rules.answer import Answer, Message
 from agentbox.store import Store
-
-from .kit import POLICY, TTL, T
+from support.clock import T0, TTL
+from support.store import POLICY
 
 PATIENCE = 30.0  # seconds: a wait that should end at once may take this long on a busy machine
 
@@ -30,17 +30,17 @@ def _woken_by(waiter_store: Store, change: Callable[[], object]) -> None:
 
 
 def test_an_ingest_elsewhere_wakes_the_waiter(backend: Store, twin: Store) -> None:
-    _woken_by(backend, lambda: twin.ingest("chat", "m1", "{}", T))
+    _woken_by(backend, lambda: twin.ingest("chat", "m1", "{}", T0))
     assert backend.status().events["pending"] == 1
 
 
 def test_a_finished_run_elsewhere_wakes_the_waiter(backend: Store, twin: Store) -> None:
-    event_id = twin.ingest("chat", "m1", "{}", T).id
-    twin.acquire("A", T, TTL)
-    twin.claim("A", 1, T, POLICY)
+    event_id = twin.ingest("chat", "m1", "{}", T0).id
+    twin.acquire("A", T0, TTL)
+    twin.claim("A", 1, T0, POLICY)
 
     def finish() -> None:
-        assert twin.finish("A", 1, T, [event_id], Answer(messages=(Message("hi"),)))
+        assert twin.finish("A", 1, T0, [event_id], Answer(messages=(Message("hi"),)))
 
     _woken_by(backend, finish)
     assert backend.status().outbox["held"] == 1
@@ -49,9 +49,9 @@ def test_a_finished_run_elsewhere_wakes_the_waiter(backend: Store, twin: Store) 
 def test_own_changes_do_not_wake_the_waiter(backend: Store) -> None:
     waiter = backend.waiter()
     try:
-        backend.ingest("chat", "m1", "{}", T)
-        backend.acquire("A", T, TTL)
-        assert backend.renew("A", 1, T + 1, TTL)
+        backend.ingest("chat", "m1", "{}", T0)
+        backend.acquire("A", T0, TTL)
+        assert backend.renew("A", 1, T0 + 1, TTL)
         began = time.monotonic()
         assert not waiter.wait(0.5)
         assert time.monotonic() - began >= 0.45
@@ -62,7 +62,7 @@ def test_own_changes_do_not_wake_the_waiter(backend: Store) -> None:
 def test_a_change_before_the_wait_returns_at_once(backend: Store, twin: Store) -> None:
     waiter = backend.waiter()
     try:
-        twin.ingest("chat", "m1", "{}", T)
+        twin.ingest("chat", "m1", "{}", T0)
         time.sleep(0.05)  # let the commit land; the waiter must not have missed it
         began = time.monotonic()
         assert waiter.wait(PATIENCE)

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_doc_examples import PAGES, ROOT, blocks, commands, matches, play_page
+
+from support.doc_examples import PAGES, ROOT, blocks, commands, matches, play_page
 
 OK = """\
 ```console
@@ -74,9 +75,9 @@ $ echo "$AGENTBOX_NOW"
 
 def test_a_command_that_hangs_fails_instead_of_waiting_for_ever(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_doc_examples
+    from support import doc_examples
 
-    monkeypatch.setattr(test_doc_examples, "TIMEOUT", 1)
+    monkeypatch.setattr(doc_examples, "TIMEOUT", 1)
     _fails(tmp_path, "```console\n$ sleep 30\n```\n", "ran longer than 1s")
 
 

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
-
-from .enginekit import POLICY, Worker
-
-MakeWorker = Callable[..., Worker]
+from support.store import POLICY, MakeStepWorker, StepWorker
 
 
 @pytest.fixture
-def worker(store: SqliteStore) -> MakeWorker:
-    """worker("A") or worker("A", policy): a named worker on the test's store."""
+def worker(store: SqliteStore) -> MakeStepWorker:
+    """worker("A") or worker("A", policy): a named StepWorker on the test's store."""
 
-    def make(holder: str, policy: Policy = POLICY) -> Worker:
-        return Worker(store, holder, policy)
+    def make(holder: str, policy: Policy = POLICY) -> StepWorker:
+        return StepWorker(store, holder, policy)
 
     return make

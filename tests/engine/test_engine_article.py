@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.answer import Answer, Message
-
-from .conftest import MakeWorker
-from .enginekit import TTL, T, state
+from support.clock import T0, TTL
+from support.store import MakeStepWorker, event_state
 
 
 def rows(store: SqliteStore, table: str) -> int:
@@ -17,8 +16,8 @@ def rows(store: SqliteStore, table: str) -> int:
 
 
 def test_case_1_a_webhook_delivered_twice_is_stored_once(store: SqliteStore) -> None:
-    first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T)
-    retry = store.ingest("github", "delivery-7f3a", '{"pr":12}', T)
+    first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
+    retry = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     # first: True  retry: False  rows: 1
     assert (first.outcome == "stored", retry.outcome == "stored", rows(store, "events")) == (
         True, False, 1)
@@ -26,26 +25,26 @@ def test_case_1_a_webhook_delivered_twice_is_stored_once(store: SqliteStore) -> 
 
 def test_case_2_two_workers_ask_for_the_lease_at_the_same_time(store: SqliteStore) -> None:
     # A: 1  B: None
-    assert (store.acquire("A", T, TTL), store.acquire("B", T, TTL)) == (1, None)
+    assert (store.acquire("A", T0, TTL), store.acquire("B", T0, TTL)) == (1, None)
 
 
 def test_case_3_three_quick_messages_become_one_run(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     for n in range(3):
-        store.ingest("chat", f"msg-{n}", f'{{"text":"message {n}"}}', T + 5)
+        store.ingest("chat", f"msg-{n}", f'{{"text":"message {n}"}}', T0 + 5)
     # events in one run: 3
-    assert len(worker("A").run(T + 5)) == 3
+    assert len(worker("A").run(T0 + 5)) == 3
 
 
 def test_case_4_a_stalled_worker_cannot_finish_after_a_takeover(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     a, b = worker("A"), worker("B")
-    store.ingest("chat", "msg-3", '{"text":"send the report"}', T + 10)
-    gen_a = a.acquire(T + 10)
-    a.claim(T + 10)  # A stalls here
+    store.ingest("chat", "msg-3", '{"text":"send the report"}', T0 + 10)
+    gen_a = a.acquire(T0 + 10)
+    a.claim(T0 + 10)  # A stalls here
     # B before A's lease expires: None
-    assert b.acquire(T + 60) is None
-    t2 = T + 10 + TTL + 1
+    assert b.acquire(T0 + 60) is None
+    t2 = T0 + 10 + TTL + 1
     # B after expiry: gen 2  re-claims ['msg-3']
     assert b.acquire(t2) == 2
     b.claim(t2)
@@ -59,15 +58,15 @@ def test_case_4_a_stalled_worker_cannot_finish_after_a_takeover(
     assert not store.finish("A", gen_a, t3, [e.id for e in a.batch],
                             Answer(messages=(Message("report sent"),)))
     # msg-3: ('done', 2)  outbox rows: 1
-    assert state(store, "msg-3") == ("done", 2)
+    assert event_state(store, "msg-3") == ("done", 2)
     assert rows(store, "outbox") == 1
 
 
 def test_case_5_a_poison_event_dies_and_the_healthy_one_survives(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    store.ingest("chat", "poison", '{"text":"x"}', T)
-    store.ingest("chat", "healthy", '{"text":"ok"}', T)
-    now = T
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    store.ingest("chat", "poison", '{"text":"x"}', T0)
+    store.ingest("chat", "healthy", '{"text":"ok"}', T0)
+    now = T0
     log = []
     for n in range(5):
         w = worker(f"W{n}")
@@ -87,5 +86,5 @@ def test_case_5_a_poison_event_dies_and_the_healthy_one_survives(
         ("W4", [], "finished"),
     ]
     # poison: ('dead', 3)  healthy: ('done', 2)
-    assert state(store, "poison") == ("dead", 3)
-    assert state(store, "healthy") == ("done", 2)
+    assert event_state(store, "poison") == ("dead", 3)
+    assert event_state(store, "healthy") == ("done", 2)

@@ -4,88 +4,88 @@ from __future__ import annotations
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
-
-from .conftest import MakeWorker
-from .enginekit import POLICY, TTL, T, actions, dump, state
+from support.clock import T0, TTL
+from support.sqlite import dump
+from support.store import POLICY, MakeStepWorker, actions, event_state
 
 LATER = TTL + 1  # enough for any lease taken now to lapse
 
 
-def ingest(store: SqliteStore, *source_ids: str, now: int = T) -> list[int]:
+def ingest(store: SqliteStore, *source_ids: str, now: int = T0) -> list[int]:
     return [store.ingest("chat", s, "{}", now).id for s in source_ids]
 
 
 def test_a_claim_stamps_the_generation_and_counts_the_attempt(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ids = ingest(store, "m1", "m2")
     b = worker("B")
-    store.acquire("A", T, TTL)
-    assert b.acquire(T + LATER) == 2
-    got = b.claim(T + LATER)
+    store.acquire("A", T0, TTL)
+    assert b.acquire(T0 + LATER) == 2
+    got = b.claim(T0 + LATER)
     assert got is not None
     assert [e.id for e in got] == ids
     for event in got:
         assert (event.status, event.attempts, event.claim_gen) == ("running", 1, 2)
-        assert event.updated_at == T + LATER
+        assert event.updated_at == T0 + LATER
         assert store.event(event.id) == event
         entry = store.story(event.id)[-1]
         assert (entry.action, entry.generation, entry.detail) == ("claimed", 2, "attempt 1")
 
 
 def test_a_batch_takes_every_pending_event_oldest_first(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "m3", "m1", "m2")
     a = worker("A")
-    a.acquire(T)
-    a.claim(T)
+    a.acquire(T0)
+    a.claim(T0)
     assert a.ids() == ["m3", "m1", "m2"]
     assert store.status().events["running"] == 3
 
 
-def test_max_batch_bounds_a_run(store: SqliteStore, worker: MakeWorker) -> None:
+def test_max_batch_bounds_a_run(store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "e1", "e2", "e3", "e4", "e5")
     a = worker("A", Policy(max_batch=2))
-    a.acquire(T)
+    a.acquire(T0)
     batches = []
     for n in range(4):
-        a.claim(T + n)
+        a.claim(T0 + n)
         batches.append(a.ids())
-        assert a.finish(T + n)
+        assert a.finish(T0 + n)
     assert batches == [["e1", "e2"], ["e3", "e4"], ["e5"], []]
 
 
 def test_a_claim_without_the_lease_is_refused_and_changes_nothing(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
-    store.acquire("A", T, TTL)
+    store.acquire("A", T0, TTL)
     before = dump(store.conn)
-    assert store.claim("B", 1, T, POLICY) is None             # not the holder
-    assert store.claim("A", 2, T, POLICY) is None             # not its generation
-    assert store.claim("A", 1, T + LATER, POLICY) is None     # lapsed
+    assert store.claim("B", 1, T0, POLICY) is None             # not the holder
+    assert store.claim("A", 2, T0, POLICY) is None             # not its generation
+    assert store.claim("A", 1, T0 + LATER, POLICY) is None     # lapsed
     assert dump(store.conn) == before
 
 
 def test_a_crashed_worker_still_used_up_an_attempt(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     a = worker("A")
-    a.acquire(T)
-    a.claim(T)  # ...and the process dies: no finish, no fail
-    assert state(store, "m1") == ("running", 1)
+    a.acquire(T0)
+    a.claim(T0)  # ...and the process dies: no finish, no fail
+    assert event_state(store, "m1") == ("running", 1)
 
 
 def test_rows_of_an_older_generation_go_back_to_pending(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ids = ingest(store, "m1", "m2")
     a, b = worker("A"), worker("B")
-    a.acquire(T)
-    a.claim(T)  # A stalls
-    b.acquire(T + LATER)
-    b.claim(T + LATER)
+    a.acquire(T0)
+    a.claim(T0)  # A stalls
+    b.acquire(T0 + LATER)
+    b.claim(T0 + LATER)
     # both came back; the first is retried alone, the other waits its turn
     assert b.ids() == ["m1"]
-    assert state(store, "m1") == ("running", 2)
-    assert state(store, "m2") == ("pending", 1)
+    assert event_state(store, "m1") == ("running", 2)
+    assert event_state(store, "m2") == ("pending", 1)
     m2 = store.event(ids[1])
     assert m2 is not None and m2.error is not None and "generation 1" in m2.error
     abandoned = store.story(ids[1])[-1]
@@ -93,24 +93,24 @@ def test_rows_of_an_older_generation_go_back_to_pending(
 
 
 def test_rows_claimed_in_the_current_generation_stay_with_their_run(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     a = worker("A")
-    a.acquire(T)
-    first = a.claim(T)
-    ingest(store, "m2", now=T + 1)
-    a.acquire(T + 1)  # a renewal: same generation
-    second = a.claim(T + 1)
+    a.acquire(T0)
+    first = a.claim(T0)
+    ingest(store, "m2", now=T0 + 1)
+    a.acquire(T0 + 1)  # a renewal: same generation
+    second = a.claim(T0 + 1)
     assert first is not None and second is not None
     assert [e.source_id for e in first] == ["m1"]
     assert [e.source_id for e in second] == ["m2"]
-    assert state(store, "m1") == ("running", 1)
+    assert event_state(store, "m1") == ("running", 1)
 
 
 def test_an_exhausted_row_is_buried_dead_with_its_reason(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     [poison] = ingest(store, "poison")
-    now = T
+    now = T0
     for n in range(3):
         w = worker(f"W{n}")
         w.acquire(now)
@@ -131,28 +131,28 @@ def test_an_exhausted_row_is_buried_dead_with_its_reason(
 
 
 def test_a_retried_row_is_claimed_alone_even_with_fresh_ones_waiting(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "bad")
     a = worker("A")
-    a.acquire(T)
-    a.claim(T)
-    assert a.fail(T)  # back to pending, attempts 1
-    ingest(store, "fresh1", "fresh2", now=T + 1)
-    a.claim(T + 1)
+    a.acquire(T0)
+    a.claim(T0)
+    assert a.fail(T0)  # back to pending, attempts 1
+    ingest(store, "fresh1", "fresh2", now=T0 + 1)
+    a.claim(T0 + 1)
     assert a.ids() == ["bad"]
-    assert a.finish(T + 1)
-    a.claim(T + 2)
+    assert a.finish(T0 + 1)
+    a.claim(T0 + 2)
     assert a.ids() == ["fresh1", "fresh2"]
 
 
 def test_backoff_holds_a_retry_back_without_holding_up_healthy_events(
-        store: SqliteStore, worker: MakeWorker) -> None:
+        store: SqliteStore, worker: MakeStepWorker) -> None:
     policy = Policy(max_attempts=5, retry_backoff=10, backoff_cap=25)
     [bad] = ingest(store, "bad")
     a = worker("A", policy)
-    a.acquire(T)
+    a.acquire(T0)
     waits = []
-    now = T
+    now = T0
     for _ in range(4):
         a.claim(now)
         assert a.ids() == ["bad"]
@@ -171,30 +171,30 @@ def test_backoff_holds_a_retry_back_without_holding_up_healthy_events(
     assert waits == [10, 20, 25, 25]  # exponential, capped
 
 
-def test_backoff_applies_to_abandoned_rows_too(store: SqliteStore, worker: MakeWorker) -> None:
+def test_backoff_applies_to_abandoned_rows_too(store: SqliteStore, worker: MakeStepWorker) -> None:
     policy = Policy(retry_backoff=30)
     [m1] = ingest(store, "m1")
     a, b = worker("A", policy), worker("B", policy)
-    a.acquire(T)
-    a.claim(T)
-    b.acquire(T + LATER)
-    assert b.claim(T + LATER) == []
+    a.acquire(T0)
+    a.claim(T0)
+    b.acquire(T0 + LATER)
+    assert b.claim(T0 + LATER) == []
     event = store.event(m1)
     assert event is not None and (event.status, event.available_at) == ("pending",
-                                                                        T + LATER + 30)
-    assert b.claim(T + LATER + 30) is not None and b.ids() == ["m1"]
+                                                                        T0 + LATER + 30)
+    assert b.claim(T0 + LATER + 30) is not None and b.ids() == ["m1"]
 
 
-def test_done_and_dead_rows_are_never_claimed(store: SqliteStore, worker: MakeWorker) -> None:
+def test_done_and_dead_rows_are_never_claimed(store: SqliteStore, worker: MakeStepWorker) -> None:
     ingest(store, "done", "dead")
     a = worker("A", Policy(max_attempts=1))
-    a.acquire(T)
-    a.claim(T)
+    a.acquire(T0)
+    a.claim(T0)
     a.batch = a.batch[:1]
-    assert a.finish(T)
+    assert a.finish(T0)
     a.batch = []
     b = worker("B", Policy(max_attempts=1))
-    b.acquire(T + LATER)
-    assert b.claim(T + LATER) == []
-    assert state(store, "done") == ("done", 1)
-    assert state(store, "dead") == ("dead", 1)
+    b.acquire(T0 + LATER)
+    assert b.claim(T0 + LATER) == []
+    assert event_state(store, "done") == ("done", 1)
+    assert event_state(store, "dead") == ("dead", 1)

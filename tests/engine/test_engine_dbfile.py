@@ -19,8 +19,7 @@ from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import Busy, DatabaseError
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.outbox import Dispatch
-
-from .enginekit import T
+from support.clock import T0
 
 
 def fingerprint(path: Path) -> tuple[str, list[str]]:
@@ -71,7 +70,7 @@ def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
     path = tmp_path / "touched.sqlite3"
     path.touch()
     with SqliteStore(path) as store:
-        assert store.ingest("s", "1", "{}", T).outcome == "stored"
+        assert store.ingest("s", "1", "{}", T0).outcome == "stored"
 
 
 def test_wal_full_sync_and_busy_timeout_are_in_force(store: SqliteStore) -> None:
@@ -121,7 +120,7 @@ def test_a_killed_process_mid_migration_leaves_nothing(tmp_path: Path) -> None:
     assert versions(path) == (0, 0, [])
     assert tables(path) == set()
     with SqliteStore(path) as store:
-        assert store.ingest("s", "1", "{}", T).outcome == "stored"
+        assert store.ingest("s", "1", "{}", T0).outcome == "stored"
     assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
 
 
@@ -129,7 +128,7 @@ def test_a_failing_later_migration_is_rolled_back_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "inbox.sqlite3"
     with SqliteStore(path) as store:
-        store.ingest("s", "1", "{}", T)
+        store.ingest("s", "1", "{}", T0)
     before = versions(path)
     broken = "CREATE TABLE extra (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n"
     monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, broken))
@@ -152,7 +151,7 @@ def test_a_failing_later_migration_is_rolled_back_whole(
 def test_a_file_from_a_newer_agentbox_is_refused_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
     with SqliteStore(path) as store:
-        store.ingest("s", "1", "{}", T)
+        store.ingest("s", "1", "{}", T0)
     conn = raw(path)
     conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
     conn.close()
@@ -213,7 +212,7 @@ def test_writers_queue_on_the_busy_timeout(store: SqliteStore, tmp_path: Path) -
     results: list[str] = []
 
     def second_writer() -> None:
-        results.append(other.ingest("s", "2", "{}", T).outcome)
+        results.append(other.ingest("s", "2", "{}", T0).outcome)
         finished.set()
 
     with db.write(store.conn):
@@ -233,7 +232,7 @@ def test_a_database_that_stays_locked_is_a_temporary_error(
     impatient = SqliteStore(store.location)
     try:
         with db.write(store.conn), pytest.raises(Busy) as caught:
-            impatient.ingest("s", "1", "{}", T)
+            impatient.ingest("s", "1", "{}", T0)
         assert caught.value.exit_code == 75
         assert impatient.find("s", "1") is None
     finally:
@@ -257,17 +256,18 @@ def test_a_version_1_inbox_keeps_its_stories_and_counts_through_version_2(
         db.connect(path).close()
         with raw(path) as conn:  # as version 1 stored events: its triggers did the rest
             conn.executemany("INSERT INTO events (source, source_id, payload, created_at, "
-                             "updated_at) VALUES ('s', ?, '{}', ?, ?)", [("1", T, T), ("2", T, T)])
+                             "updated_at) VALUES ('s', ?, '{}', ?, ?)",
+                             [("1", T0, T0), ("2", T0, T0)])
             conn.commit()
             assert conn.execute("SELECT COUNT(*) FROM history "
                                 "WHERE action = 'stored'").fetchone() == (2,)
     with SqliteStore(path) as store:
         assert [e.action for e in store.story(1)] == ["stored"]
         assert store.status().events["pending"] == 2
-        store.ingest("s", "3", "{}", T + 1)
-        store.ingest_many([("s", "3", "{}"), ("s", "4", "{}")], T + 2)
+        store.ingest("s", "3", "{}", T0 + 1)
+        store.ingest_many([("s", "3", "{}"), ("s", "4", "{}")], T0 + 2)
         assert store.status().events["pending"] == 4
-        assert [(e.at, e.action) for e in store.story(4)] == [(T + 2, "stored")]
+        assert [(e.at, e.action) for e in store.story(4)] == [(T0 + 2, "stored")]
 
 
 def test_a_version_2_lease_goes_on_through_version_3(tmp_path: Path,
@@ -279,16 +279,16 @@ def test_a_version_2_lease_goes_on_through_version_3(tmp_path: Path,
         db.connect(path).close()
         with raw(path) as conn:  # released by version 2: dated a second before the release
             conn.execute("INSERT INTO lease (one, holder, generation, until) "
-                         "VALUES (1, 'old', 4, ?)", (T - 1,))
+                         "VALUES (1, 'old', 4, ?)", (T0 - 1,))
             conn.commit()
     with SqliteStore(path) as store:
         assert versions(path)[0] == schema.SCHEMA_VERSION
         lease = store.lease()
         assert lease is not None and (lease.generation, lease.until, lease.released) == (
-            4, T - 1, False)
-        assert store.acquire("new", T, 60) == 5
-        assert store.release("new", 5, T)
-        assert store.acquire("new", T - 3600, 60) == 6
+            4, T0 - 1, False)
+        assert store.acquire("new", T0, 60) == 5
+        assert store.release("new", 5, T0)
+        assert store.acquire("new", T0 - 3600, 60) == 6
 
 
 def test_a_version_3_dispatch_in_flight_goes_on_through_version_4(
@@ -300,12 +300,12 @@ def test_a_version_3_dispatch_in_flight_goes_on_through_version_4(
         db.connect(path).close()
         with raw(path) as conn:  # a dispatch whose dispatcher died under version 3
             conn.execute("INSERT INTO dispatches (key, mode, body, claimed_at, deadline) "
-                         "VALUES ('k-1', 'at-least-once', 'hello', ?, ?)", (T, T + 90))
+                         "VALUES ('k-1', 'at-least-once', 'hello', ?, ?)", (T0, T0 + 90))
             conn.execute("INSERT INTO outbox (body, state, dispatch_key, created_at) "
-                         "VALUES ('hello', 'sending', 'k-1', ?)", (T,))
+                         "VALUES ('hello', 'sending', 'k-1', ?)", (T0,))
             conn.commit()
     with SqliteStore(path) as store:
-        found = store.claim_dispatch(T + 91, "at-least-once", 3600, 60)
+        found = store.claim_dispatch(T0 + 91, "at-least-once", 3600, 60)
         assert isinstance(found, Dispatch)
         assert (found.key, found.tries, found.max_tries) == ("k-1", 2, 5)
 
@@ -319,12 +319,12 @@ def test_a_version_4_inbox_keeps_its_timers_through_version_5(
         db.connect(path).close()
         with raw(path) as conn:
             conn.execute("INSERT INTO timers (name, due, every, payload, created_at) "
-                         "VALUES ('digest', ?, 86400, '{}', ?)", (T, T))
+                         "VALUES ('digest', ?, 86400, '{}', ?)", (T0, T0))
             conn.commit()
     with SqliteStore(path) as store:
         [timer] = store.timers()
         assert (timer.name, timer.every, timer.cron, timer.tz) == ("digest", 86400, None, None)
-        assert store.tick(T) == 1 and store.timers()[0].due == T + 86400
+        assert store.tick(T0) == 1 and store.timers()[0].due == T0 + 86400
     assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
     with raw(path) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE timers SET cron = '0 8 * * *'")  # a cron timer names its zone

@@ -10,15 +10,15 @@ from agentbox.backends.sqlite import outbox
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
-
-from .conftest import MakeWorker
-from .enginekit import POLICY, TTL, T, Worker, actions, dump, state
+from support.clock import T0, TTL
+from support.sqlite import dump
+from support.store import POLICY, MakeStepWorker, StepWorker, actions, event_state
 
 LATER = TTL + 1
 REPLY = Answer(messages=(Message("report sent"),))
 
 
-def claimed(worker: Worker, now: int, *source_ids: str) -> Worker:
+def claimed(worker: StepWorker, now: int, *source_ids: str) -> StepWorker:
     for source_id in source_ids:
         worker.store.ingest("chat", source_id, "{}", now)
     assert worker.acquire(now) is not None
@@ -36,69 +36,69 @@ def assert_refused_unchanged(store: SqliteStore, holder: str, generation: int, n
 
 
 def test_finish_marks_the_batch_done_and_queues_its_messages(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1", "m2")
-    assert a.finish(T + 5, REPLY)
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1", "m2")
+    assert a.finish(T0 + 5, REPLY)
     for event in a.batch:
         done = store.event(event.id)
         assert done is not None
         assert (done.status, done.attempts, done.error, done.updated_at) == ("done", 1, None,
-                                                                             T + 5)
+                                                                             T0 + 5)
         entry = store.story(event.id)[-1]
-        assert (entry.action, entry.generation, entry.at) == ("finished", 1, T + 5)
+        assert (entry.action, entry.generation, entry.at) == ("finished", 1, T0 + 5)
     [message] = store.outbox()
-    assert (message.body, message.state, message.created_at) == ("report sent", "held", T + 5)
+    assert (message.body, message.state, message.created_at) == ("report sent", "held", T0 + 5)
 
 
 def test_a_finish_from_a_stale_generation_is_refused(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1")
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1")
     b = worker("B")
-    b.acquire(T + LATER)
-    b.claim(T + LATER)  # the same row, now under generation 2
+    b.acquire(T0 + LATER)
+    b.claim(T0 + LATER)  # the same row, now under generation 2
     ids = [e.id for e in a.batch]
-    assert_refused_unchanged(store, "A", 1, T + LATER, ids)
-    assert_refused_unchanged(store, "B", 1, T + LATER, ids)  # right holder would not help
-    assert b.finish(T + LATER, REPLY)
-    assert state(store, "m1") == ("done", 2)
+    assert_refused_unchanged(store, "A", 1, T0 + LATER, ids)
+    assert_refused_unchanged(store, "B", 1, T0 + LATER, ids)  # right holder would not help
+    assert b.finish(T0 + LATER, REPLY)
+    assert event_state(store, "m1") == ("done", 2)
     assert len(store.outbox()) == 1
 
 
 def test_a_finish_by_the_wrong_holder_is_refused(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1")
-    assert_refused_unchanged(store, "B", 1, T + 1, [e.id for e in a.batch])
-    assert a.finish(T + 1)
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1")
+    assert_refused_unchanged(store, "B", 1, T0 + 1, [e.id for e in a.batch])
+    assert a.finish(T0 + 1)
 
 
 def test_a_finish_after_the_lease_lapsed_is_refused_even_with_nobody_else(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1")
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1")
     ids = [e.id for e in a.batch]
-    assert_refused_unchanged(store, "A", 1, T + LATER, ids)
-    assert a.finish(T + TTL)  # the last second of the lease still counts
+    assert_refused_unchanged(store, "A", 1, T0 + LATER, ids)
+    assert a.finish(T0 + TTL)  # the last second of the lease still counts
 
 
 def test_a_finish_for_rows_not_running_under_this_claim_is_refused_whole(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1", "m2")
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1", "m2")
     first, second = (e.id for e in a.batch)
-    store.ingest("chat", "never-claimed", "{}", T)
+    store.ingest("chat", "never-claimed", "{}", T0)
     pending = store.find("chat", "never-claimed")
     assert pending is not None
     for bad in (pending.id, 9999):
-        assert_refused_unchanged(store, "A", 1, T + 1, [first, bad])
+        assert_refused_unchanged(store, "A", 1, T0 + 1, [first, bad])
     a.batch = a.batch[:1]
-    assert a.finish(T + 1)
-    assert_refused_unchanged(store, "A", 1, T + 2, [first])          # already done
-    assert_refused_unchanged(store, "A", 1, T + 2, [first, second])  # one of them done
-    assert store.finish("A", 1, T + 2, [second, second])             # repeats are one id
-    assert state(store, "m2") == ("done", 1)
+    assert a.finish(T0 + 1)
+    assert_refused_unchanged(store, "A", 1, T0 + 2, [first])          # already done
+    assert_refused_unchanged(store, "A", 1, T0 + 2, [first, second])  # one of them done
+    assert store.finish("A", 1, T0 + 2, [second, second])             # repeats are one id
+    assert event_state(store, "m2") == ("done", 1)
 
 
 def test_messages_are_queued_in_the_same_transaction_as_the_finish(
-        store: SqliteStore, worker: MakeWorker, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = claimed(worker("A"), T, "m1")
+        store: SqliteStore, worker: MakeStepWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = claimed(worker("A"), T0, "m1")
     before = dump(store.conn)
     original = outbox.queue_in
 
@@ -108,34 +108,34 @@ def test_messages_are_queued_in_the_same_transaction_as_the_finish(
 
     monkeypatch.setattr(outbox, "queue_in", queue_then_crash)
     with pytest.raises(RuntimeError):
-        a.finish(T + 1, REPLY)
+        a.finish(T0 + 1, REPLY)
     assert dump(store.conn) == before  # neither done nor queued
     monkeypatch.undo()
-    assert a.finish(T + 1, REPLY)
-    assert state(store, "m1") == ("done", 1)
+    assert a.finish(T0 + 1, REPLY)
+    assert event_state(store, "m1") == ("done", 1)
     assert [m.body for m in store.outbox()] == ["report sent"]
 
 
 def test_fail_returns_the_batch_to_pending_with_its_error_and_backoff(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A", Policy(retry_backoff=60)), T, "m1", "m2")
-    assert a.fail(T + 3, "handler exited 1: boom")
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A", Policy(retry_backoff=60)), T0, "m1", "m2")
+    assert a.fail(T0 + 3, "handler exited 1: boom")
     for event in a.batch:
         back = store.event(event.id)
         assert back is not None
         assert (back.status, back.attempts, back.error, back.available_at) == (
-            "pending", 1, "handler exited 1: boom", T + 3 + 60)
+            "pending", 1, "handler exited 1: boom", T0 + 3 + 60)
         entry = store.story(event.id)[-1]
         assert (entry.action, entry.generation, entry.detail) == ("failed", 1,
                                                                   "handler exited 1: boom")
 
 
 def test_a_failure_on_the_last_attempt_is_dead_at_once(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A", Policy(max_attempts=2)), T, "m1")
-    assert a.fail(T)
-    a.claim(T)
-    assert a.fail(T + 1, "still broken")
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A", Policy(max_attempts=2)), T0, "m1")
+    assert a.fail(T0)
+    a.claim(T0)
+    assert a.fail(T0 + 1, "still broken")
     event = store.find("chat", "m1")
     assert event is not None
     assert (event.status, event.attempts, event.error) == ("dead", 2, "still broken")
@@ -143,19 +143,19 @@ def test_a_failure_on_the_last_attempt_is_dead_at_once(
     assert store.story(event.id)[-1].detail == "failed on its last attempt (2 of 2)"
 
 
-def test_a_later_success_clears_the_error(store: SqliteStore, worker: MakeWorker) -> None:
-    a = claimed(worker("A"), T, "m1")
-    a.fail(T)
-    a.claim(T + 1)
-    assert a.finish(T + 1)
+def test_a_later_success_clears_the_error(store: SqliteStore, worker: MakeStepWorker) -> None:
+    a = claimed(worker("A"), T0, "m1")
+    a.fail(T0)
+    a.claim(T0 + 1)
+    assert a.finish(T0 + 1)
     event = store.find("chat", "m1")
     assert event is not None and (event.status, event.error) == ("done", None)
 
 
 def test_an_empty_finish_still_queues_a_runs_messages(store: SqliteStore) -> None:
     """A run with no events may still speak, behind the same fence."""
-    assert store.acquire("A", T, TTL) == 1
-    assert store.finish("A", 1, T, [], REPLY)
+    assert store.acquire("A", T0, TTL) == 1
+    assert store.finish("A", 1, T0, [], REPLY)
     assert [m.body for m in store.outbox()] == ["report sent"]
-    assert not store.finish("B", 1, T, [], REPLY)
+    assert not store.finish("B", 1, T0, [], REPLY)
     assert len(store.outbox()) == 1

@@ -7,13 +7,13 @@ import pytest
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonutil import parse_payload
-
-from .conftest import MakeWorker
-from .enginekit import T, actions, dump
+from support.clock import T0
+from support.sqlite import dump
+from support.store import MakeStepWorker, actions
 
 
 def test_first_delivery_is_stored_pending(store: SqliteStore) -> None:
-    result = store.ingest("github", "delivery-7f3a", '{"pr":12}', T)
+    result = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     assert result.outcome == "stored"
     event = store.event(result.id)
     assert event is not None
@@ -21,28 +21,28 @@ def test_first_delivery_is_stored_pending(store: SqliteStore) -> None:
                                                               '{"pr":12}')
     assert (event.status, event.attempts, event.claim_gen, event.error) == ("pending", 0,
                                                                             None, None)
-    assert (event.created_at, event.updated_at) == (T, T)
+    assert (event.created_at, event.updated_at) == (T0, T0)
     assert actions(store, result.id) == ["stored"]
 
 
 def test_a_duplicate_is_success_and_changes_nothing(store: SqliteStore) -> None:
-    first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T)
+    first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     before = dump(store.conn)
-    again = store.ingest("github", "delivery-7f3a", '{"pr":12}', T + 50)
+    again = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0 + 50)
     assert (again.outcome, again.id) == ("duplicate", first.id)
     assert dump(store.conn) == before
 
 
 def test_a_conflict_is_refused_and_the_first_payload_stands(store: SqliteStore) -> None:
-    first = store.ingest("github", "d-1", '{"pr":12}', T)
+    first = store.ingest("github", "d-1", '{"pr":12}', T0)
     before = store.event(first.id)
-    result = store.ingest("github", "d-1", '{"pr":13}', T + 5)
+    result = store.ingest("github", "d-1", '{"pr":13}', T0 + 5)
     assert (result.outcome, result.id) == ("conflict", first.id)
     assert store.event(first.id) == before  # payload, state and times untouched
     assert store.status().events["pending"] == 1
     story = store.story(first.id)
     assert [e.action for e in story] == ["stored", "conflict"]
-    assert story[1].at == T + 5 and story[1].detail and "different payload" in story[1].detail
+    assert story[1].at == T0 + 5 and story[1].detail and "different payload" in story[1].detail
 
 
 def test_payloads_are_compared_in_canonical_form(store: SqliteStore) -> None:
@@ -50,31 +50,31 @@ def test_payloads_are_compared_in_canonical_form(store: SqliteStore) -> None:
     first = parse_payload('{"b": 1, "a": {"y": [1, 2], "x": "\\u00e9"}}')
     same = parse_payload('{"a":{"x":"é","y":[1,2]},\n "b":1}')
     other = parse_payload('{"a":{"x":"é","y":[2,1]},"b":1}')
-    assert store.ingest("hook", "1", first, T).outcome == "stored"
-    assert store.ingest("hook", "1", same, T).outcome == "duplicate"
-    assert store.ingest("hook", "1", other, T).outcome == "conflict"
+    assert store.ingest("hook", "1", first, T0).outcome == "stored"
+    assert store.ingest("hook", "1", same, T0).outcome == "duplicate"
+    assert store.ingest("hook", "1", other, T0).outcome == "conflict"
 
 
 def test_the_key_is_source_and_source_id_together(store: SqliteStore) -> None:
-    assert store.ingest("github", "42", "{}", T).outcome == "stored"
-    assert store.ingest("stripe", "42", "{}", T).outcome == "stored"
-    assert store.ingest("github", "43", "{}", T).outcome == "stored"
+    assert store.ingest("github", "42", "{}", T0).outcome == "stored"
+    assert store.ingest("stripe", "42", "{}", T0).outcome == "stored"
+    assert store.ingest("github", "43", "{}", T0).outcome == "stored"
     assert store.status().events["pending"] == 3
 
 
 def test_a_repeat_of_a_finished_event_does_not_run_it_again(
-        store: SqliteStore, worker: MakeWorker) -> None:
-    store.ingest("chat", "m1", '{"text":"hi"}', T)
-    worker("A").run(T)
-    assert store.ingest("chat", "m1", '{"text":"hi"}', T + 1).outcome == "duplicate"
+        store: SqliteStore, worker: MakeStepWorker) -> None:
+    store.ingest("chat", "m1", '{"text":"hi"}', T0)
+    worker("A").run(T0)
+    assert store.ingest("chat", "m1", '{"text":"hi"}', T0 + 1).outcome == "duplicate"
     assert store.status().events == {"pending": 0, "running": 0, "done": 1, "dead": 0}
 
 
 def test_ingest_many_reports_each_item_in_order(store: SqliteStore) -> None:
-    store.ingest("s", "old", '{"v":1}', T)
+    store.ingest("s", "old", '{"v":1}', T0)
     results = store.ingest_many([("s", "a", '{"v":1}'), ("s", "old", '{"v":1}'),
                                  ("s", "old", '{"v":2}'), ("s", "a", '{"v":1}'),
-                                 ("s", "a", '{"v":9}'), ("s", "b", "{}")], T)
+                                 ("s", "a", '{"v":9}'), ("s", "b", "{}")], T0)
     assert [r.outcome for r in results] == ["stored", "duplicate", "conflict", "duplicate",
                                             "conflict", "stored"]
     assert results[0].id == results[3].id == results[4].id
@@ -90,7 +90,7 @@ def test_keys_that_could_not_be_looked_up_are_refused(
         store: SqliteStore, source: str, source_id: str) -> None:
     before = dump(store.conn)
     with pytest.raises(BadInput):
-        store.ingest(source, source_id, "{}", T)
+        store.ingest(source, source_id, "{}", T0)
     with pytest.raises(BadInput):
-        store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T)
+        store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T0)
     assert dump(store.conn) == before

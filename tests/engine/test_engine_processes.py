@@ -16,8 +16,8 @@ from typing import Any
 
 from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 from agentbox.backends.sqlite.store import SqliteStore
-
-from .enginekit import TTL, T, assert_counts_true
+from support.clock import T0, TTL
+from support.sqlite import assert_counts_true
 
 CHILDREN = 5
 PATIENCE = 120.0  # seconds; the machine may be busy with other test runs
@@ -84,7 +84,7 @@ def race(tmp_path: Path, mode: str, db: Path, rounds: int, ttl: int = TTL) -> li
     sync = tmp_path / f"sync-{mode}"
     sync.mkdir()
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, mode, str(db), str(sync), str(n),
-                               str(rounds), str(T), str(ttl)],
+                               str(rounds), str(T0), str(ttl)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for n in range(CHILDREN)]
     try:
@@ -131,7 +131,7 @@ def test_racing_claimers_never_claim_the_same_row_twice(tmp_path: Path) -> None:
     db = tmp_path / "inbox.sqlite3"
     total = 40
     with SqliteStore(db) as store:
-        store.ingest_many([("chat", f"m{n}", "{}") for n in range(total)], T)
+        store.ingest_many([("chat", f"m{n}", "{}") for n in range(total)], T0)
     reports = race(tmp_path, "claim", db, 1, ttl=600)
     claimed = [i for r in reports for _, ids, _ in r["runs"] for i in ids]
     assert sorted(claimed) == list(range(1, total + 1))  # each row exactly once

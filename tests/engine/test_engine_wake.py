@@ -12,8 +12,7 @@ import pytest
 from agentbox.backends.sqlite import wake
 from agentbox.backends.sqlite.inboxes import SqliteInboxes, user_of
 from agentbox.backends.sqlite.store import SqliteStore
-
-from .enginekit import T
+from support.clock import T0
 
 PATIENCE = 30.0
 
@@ -62,7 +61,7 @@ def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -
         waiter = mine.waiter()
         try:
             for n in range(5):
-                timer = later(0.1, lambda n=n: theirs.ingest("chat", f"m{n}", "{}", T))
+                timer = later(0.1, lambda n=n: theirs.ingest("chat", f"m{n}", "{}", T0))
                 assert waiter.wait(PATIENCE)
                 timer.join()
                 # Woken only once the commit shows: the reader sees the new event.
@@ -77,7 +76,7 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
             SqliteStore(folder / "bob.sqlite3") as bob:
         waiter = alice.waiter()
         try:
-            bob.ingest("chat", "m1", "{}", T)
+            bob.ingest("chat", "m1", "{}", T0)
             (folder / "notes.txt").write_text("hello")
             assert not waiter.wait(0.5)
         finally:
@@ -87,13 +86,13 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
 def test_the_folder_waiter_names_the_inboxes_that_changed(
         bell: str, folder: Path, inboxes: SqliteInboxes) -> None:
     with SqliteStore(folder / "alice.sqlite3") as alice:
-        alice.ingest("chat", "m0", "{}", T)
+        alice.ingest("chat", "m0", "{}", T0)
     assert inboxes.users() == ["alice"]
-    assert inboxes.next_work(T, ["alice"]) == {"alice": 0}
+    assert inboxes.next_work(T0, ["alice"]) == {"alice": 0}
     waiter = inboxes.waiter()
     try:
         with SqliteStore(folder / "alice.sqlite3") as alice:
-            later(0.1, lambda: alice.ingest("chat", "m1", "{}", T)).join()
+            later(0.1, lambda: alice.ingest("chat", "m1", "{}", T0)).join()
             assert waiter.wait(PATIENCE) == {"alice"}
         # A new inbox appears: named too, before anyone opened it here.
         later(0.1, lambda: SqliteStore(folder / "carol.sqlite3").close()).join()
@@ -109,7 +108,7 @@ def test_the_folder_waiter_ignores_this_process_own_writes(
     store = inboxes.store("alice")
     waiter = inboxes.waiter()
     try:
-        store.ingest("chat", "m1", "{}", T)
+        store.ingest("chat", "m1", "{}", T0)
         began = time.monotonic()
         assert waiter.wait(0.5) == set()
         assert time.monotonic() - began >= 0.45
@@ -126,7 +125,7 @@ def test_files_that_are_not_inboxes_are_left_alone(
     assert user_of("alice.sqlite3-wal") == user_of("alice.sqlite3") == "alice"
     assert user_of("..hidden.sqlite3") is None
     assert inboxes.users() == ["alice", "junk"]
-    assert inboxes.next_work(T, inboxes.users()) == {}
+    assert inboxes.next_work(T0, inboxes.users()) == {}
     failed = inboxes.failures()
     assert list(failed) == ["junk"] and "not an agentbox database" in failed["junk"]
     assert inboxes.failures() == {}

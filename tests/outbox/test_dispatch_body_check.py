@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.backends.sqlite.store import SqliteStore
-from contract.kit import say
-
-T = 1_000_000
+from support.clock import T0
+from support.store import say
 
 CHECKING = r"""
 import hashlib, json, os, sys
@@ -30,14 +29,14 @@ sys.exit(0 if whole else 3)
 
 
 def test_the_sender_gets_the_body_size_and_digest(cli: Callable[..., Any], tmp_path: Path,
-                                                  inbox: SqliteStore,
+                                                  inbox_store: SqliteStore,
                                                   monkeypatch: Any) -> None:
     body_parts = ["déjà vu: 日本語 ✓", "second message"]
-    say(inbox, T, *body_parts)
+    say(inbox_store, T0, *body_parts)
     script, log = tmp_path / "sender.py", tmp_path / "seen.json"
     script.write_text(CHECKING)
     monkeypatch.setenv("SENDER_LOG", str(log))
-    result = cli("dispatch", "--", sys.executable, str(script), now=T)
+    result = cli("dispatch", "--", sys.executable, str(script), now=T0)
     assert result.code == 0, result.err
     expected = "\n\n".join(body_parts).encode("utf-8")
     seen = json.loads(log.read_text())

@@ -12,9 +12,9 @@ import pytest
 from agentbox import paths
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.outbox import CLAIM_GRACE
+from support.clock import T0
 
 Queue = Callable[..., None]
-T = 1_000_000
 MINUTE = 60
 
 
@@ -32,12 +32,12 @@ def test_article_case_8_three_updates_inside_an_hour(cli: Callable[..., Any],
     via = ["--", *sender.argv] if through == "sender" else []
     printed: list[str] = []
     for n, minute in enumerate((0, 10, 20)):
-        now = T + minute * MINUTE
+        now = T0 + minute * MINUTE
         cli_queue(now, f"update {n}")
         result = cli("dispatch", "--gap", "1h", *via, now=now)
         assert result.code == 0, result.err
         printed.append(result.out)
-    final = cli("dispatch", "--gap", "1h", *via, now=T + 61 * MINUTE)
+    final = cli("dispatch", "--gap", "1h", *via, now=T0 + 61 * MINUTE)
     assert final.code == 0, final.err
     printed.append(final.out)
     if through == "stdout":
@@ -51,30 +51,30 @@ def test_article_case_8_three_updates_inside_an_hour(cli: Callable[..., Any],
 
 def test_waiting_says_when_the_next_send_is_allowed(cli: Callable[..., Any],
                                                     cli_queue: Queue) -> None:
-    cli_queue(T, "first")
-    assert cli("dispatch", now=T).code == 0
-    cli_queue(T + 10 * MINUTE, "second")
-    result = cli("dispatch", "--gap", "1h", now=T + 10 * MINUTE)
+    cli_queue(T0, "first")
+    assert cli("dispatch", now=T0).code == 0
+    cli_queue(T0 + 10 * MINUTE, "second")
+    result = cli("dispatch", "--gap", "1h", now=T0 + 10 * MINUTE)
     assert result.code == 0
     assert result.out == ""
     assert "1 message(s) held" in result.err
     assert "1970-01-12T14:46:40Z (in 50m)" in result.err
-    doc = json.loads(cli("dispatch", "--gap", "1h", "--json", now=T + 10 * MINUTE).out)
-    assert doc == {"outcome": "waiting", "held": 1, "next_send_at": T + 3600,
+    doc = json.loads(cli("dispatch", "--gap", "1h", "--json", now=T0 + 10 * MINUTE).out)
+    assert doc == {"outcome": "waiting", "held": 1, "next_send_at": T0 + 3600,
                    "in_flight": 0, "in_flight_until": None}
-    nothing = cli("dispatch", "--json", now=T + 2 * 3600)
+    nothing = cli("dispatch", "--json", now=T0 + 2 * 3600)
     assert json.loads(nothing.out)["outcome"] == "sent"
-    assert json.loads(cli("dispatch", "--json", now=T + 2 * 3600).out)["outcome"] == "nothing"
+    assert json.loads(cli("dispatch", "--json", now=T0 + 2 * 3600).out)["outcome"] == "nothing"
 
 
 def test_urgent_bypasses_the_gap_and_takes_the_held_ones(cli: Callable[..., Any],
                                                          cli_queue: Queue,
                                                          sender: Any) -> None:
-    cli_queue(T, "morning report")
-    assert cli("dispatch", "--", *sender.argv, now=T).code == 0
-    cli_queue(T + 5 * MINUTE, "routine note")
-    cli_queue(T + 6 * MINUTE, "the build is on fire", urgent=True)
-    result = cli("dispatch", "--json", "--", *sender.argv, now=T + 6 * MINUTE)
+    cli_queue(T0, "morning report")
+    assert cli("dispatch", "--", *sender.argv, now=T0).code == 0
+    cli_queue(T0 + 5 * MINUTE, "routine note")
+    cli_queue(T0 + 6 * MINUTE, "the build is on fire", urgent=True)
+    result = cli("dispatch", "--json", "--", *sender.argv, now=T0 + 6 * MINUTE)
     assert result.code == 0, result.err
     doc = json.loads(result.out)
     assert (doc["outcome"], doc["urgent"], doc["messages"]) == ("sent", True, [2, 3])
@@ -86,8 +86,8 @@ def test_urgent_bypasses_the_gap_and_takes_the_held_ones(cli: Callable[..., Any]
 
 def test_the_sender_gets_key_user_and_database(cli: Callable[..., Any], cli_queue: Queue,
                                                sender: Any) -> None:
-    cli_queue(T, "hello")
-    result = cli("dispatch", "--json", "--via", " ".join(sender.argv), now=T)
+    cli_queue(T0, "hello")
+    result = cli("dispatch", "--json", "--via", " ".join(sender.argv), now=T0)
     assert result.code == 0, result.err
     doc = json.loads(result.out)
     [call] = sender.calls()
@@ -101,20 +101,20 @@ def test_the_sender_gets_key_user_and_database(cli: Callable[..., Any], cli_queu
 def test_a_failing_sender_holds_the_rows_again(cli: Callable[..., Any], cli_queue: Queue,
                                                sender: Any,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    cli_queue(T, "try me")
+    cli_queue(T0, "try me")
     monkeypatch.setenv("SENDER_EXIT", "3")
-    failed = cli("dispatch", "--", *sender.argv, now=T)
+    failed = cli("dispatch", "--", *sender.argv, now=T0)
     assert failed.code == 1
     assert "sender exited 3: the channel said no" in failed.err
     assert "held again" in failed.err
     [row] = outbox_rows(cli)
     assert (row["state"], row["dispatch_key"]) == ("held", None)
     assert row["error"] == "sender exited 3: the channel said no"
-    table = cli("outbox", now=T)
+    table = cli("outbox", now=T0)
     assert "channel" in table.out and "held" in table.out
     monkeypatch.setenv("SENDER_EXIT", "0")
     # A failed send does not count toward the gap: the next dispatch sends at once.
-    sent = cli("dispatch", "--json", "--", *sender.argv, now=T + 1)
+    sent = cli("dispatch", "--json", "--", *sender.argv, now=T0 + 1)
     assert sent.code == 0, sent.err
     assert [c["body"] for c in sender.calls()] == ["try me", "try me"]
     assert [r["state"] for r in outbox_rows(cli, "--all")] == ["sent"]
@@ -123,8 +123,8 @@ def test_a_failing_sender_holds_the_rows_again(cli: Callable[..., Any], cli_queu
 
 def test_a_sender_that_cannot_start_is_a_failure(cli: Callable[..., Any],
                                                  cli_queue: Queue, tmp_path: Any) -> None:
-    cli_queue(T, "nowhere")
-    result = cli("dispatch", "--", str(tmp_path / "no-such-sender"), now=T)
+    cli_queue(T0, "nowhere")
+    result = cli("dispatch", "--", str(tmp_path / "no-such-sender"), now=T0)
     assert result.code == 1
     assert "cannot start" in result.err
     [row] = outbox_rows(cli)
@@ -134,16 +134,16 @@ def test_a_sender_that_cannot_start_is_a_failure(cli: Callable[..., Any],
 def test_sender_timeout_at_least_once_resends_after_the_deadline(
         cli: Callable[..., Any], cli_queue: Queue, sender: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    cli_queue(T, "slow")
+    cli_queue(T0, "slow")
     monkeypatch.setenv("SENDER_WAIT_FOR", str(sender.release))  # never released
     result = cli("dispatch", "--timeout", "1s", "--mode", "at-least-once", "--",
-                 *sender.argv, now=T)
+                 *sender.argv, now=T0)
     assert result.code == 1
     assert "sender timed out after 1s" in result.err and "resent under the same key" in result.err
     [row] = outbox_rows(cli)
     assert (row["state"], row["error"]) == ("sending", "sender timed out after 1s")
     monkeypatch.delenv("SENDER_WAIT_FOR")
-    deadline = T + 1 + CLAIM_GRACE
+    deadline = T0 + 1 + CLAIM_GRACE
     early = cli("dispatch", "--json", "--", *sender.argv, now=deadline)
     assert json.loads(early.out) == {"outcome": "nothing", "held": 0, "next_send_at": None,
                                      "in_flight": 1, "in_flight_until": deadline}
@@ -161,9 +161,9 @@ def test_sender_timeout_at_most_once_is_uncertain_until_resolved(
         cli: Callable[..., Any], cli_queue: Queue, sender: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     cli("config", "set", "delivery", "at-most-once")
-    cli_queue(T, "careful")
+    cli_queue(T0, "careful")
     monkeypatch.setenv("SENDER_WAIT_FOR", str(sender.release))
-    result = cli("dispatch", "--timeout", "1s", "--json", "--", *sender.argv, now=T)
+    result = cli("dispatch", "--timeout", "1s", "--json", "--", *sender.argv, now=T0)
     assert result.code == 1
     doc = json.loads(result.out)
     assert (doc["outcome"], doc["mode"], doc["resend_after"]) == ("unknown", "at-most-once",
@@ -171,22 +171,22 @@ def test_sender_timeout_at_most_once_is_uncertain_until_resolved(
     monkeypatch.delenv("SENDER_WAIT_FOR")
     [row] = outbox_rows(cli)
     assert (row["state"], row["dispatch_key"]) == ("uncertain", doc["key"])
-    for later in (T + 3600, T + 86400):
+    for later in (T0 + 3600, T0 + 86400):
         assert cli("dispatch", "--", *sender.argv, now=later).code == 0
     assert len(sender.calls()) == 1
-    resolved = cli("outbox", "resolve", doc["key"], "--unsent", "--json", now=T + 86400)
+    resolved = cli("outbox", "resolve", doc["key"], "--unsent", "--json", now=T0 + 86400)
     assert json.loads(resolved.out) == {"key": doc["key"], "resolved": "unsent",
                                         "messages": 1}
-    assert cli("dispatch", "--", *sender.argv, now=T + 86401).code == 0
+    assert cli("dispatch", "--", *sender.argv, now=T0 + 86401).code == 0
     assert [c["body"] for c in sender.calls()] == ["careful", "careful"]
     assert sender.calls()[1]["key"] != doc["key"]
 
 
 def test_a_sender_ending_by_a_signal_means_not_known(cli: Callable[..., Any],
                                                      cli_queue: Queue) -> None:
-    cli_queue(T, "ambiguous")
+    cli_queue(T0, "ambiguous")
     result = cli("dispatch", "--json", "--mode", "at-most-once", "--", "sh", "-c",
-                 "cat >/dev/null; kill -TERM $$", now=T)
+                 "cat >/dev/null; kill -TERM $$", now=T0)
     assert result.code == 1
     doc = json.loads(result.out)
     assert (doc["outcome"], doc["error"]) == ("unknown", "sender killed by signal 15")
@@ -196,8 +196,8 @@ def test_a_sender_ending_by_a_signal_means_not_known(cli: Callable[..., Any],
 def test_resolve_exit_codes(cli: Callable[..., Any], cli_queue: Queue, sender: Any) -> None:
     unknown = cli("outbox", "resolve", "no-such-key", "--sent")
     assert unknown.code == 65 and "no dispatch" in unknown.err
-    cli_queue(T, "fine")
-    sent = json.loads(cli("dispatch", "--json", "--", *sender.argv, now=T).out)
+    cli_queue(T0, "fine")
+    sent = json.loads(cli("dispatch", "--json", "--", *sender.argv, now=T0).out)
     not_uncertain = cli("outbox", "resolve", sent["key"], "--sent")
     assert not_uncertain.code == 3
     assert "not uncertain" in not_uncertain.err
@@ -208,15 +208,15 @@ def test_resolve_exit_codes(cli: Callable[..., Any], cli_queue: Queue, sender: A
 def test_outbox_list_columns_and_all(cli: Callable[..., Any], cli_queue: Queue,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "160")
-    cli_queue(T, "gone")
-    assert cli("dispatch", now=T).out == "gone\n"
-    cli_queue(T + 1, "waiting", urgent=False)
+    cli_queue(T0, "gone")
+    assert cli("dispatch", now=T0).out == "gone\n"
+    cli_queue(T0 + 1, "waiting", urgent=False)
     assert [r["body"] for r in outbox_rows(cli)] == ["waiting"]
     rows = outbox_rows(cli, "--all")
     assert [list(r) for r in rows] == [["id", "state", "urgent", "dispatch_key", "created",
                                         "sent", "error", "body"]] * 2
-    assert [(r["state"], r["sent"], r["created"]) for r in rows] == [("sent", T, T),
-                                                                     ("held", None, T + 1)]
+    assert [(r["state"], r["sent"], r["created"]) for r in rows] == [("sent", T0, T0),
+                                                                     ("held", None, T0 + 1)]
     assert [r["body"] for r in outbox_rows(cli, "--all", "--limit", "1")] == ["waiting"]
     bare = cli("outbox", "--json")
     assert [r["body"] for r in json.loads(bare.out)] == ["waiting"]
@@ -232,44 +232,44 @@ def test_config_settings_are_used_and_flags_override(cli: Callable[..., Any],
                                                      cli_queue: Queue, sender: Any) -> None:
     cli("config", "set", "sender", " ".join(sender.argv))
     cli("config", "set", "outbox_gap", "2h")
-    cli_queue(T, "one")
-    assert cli("dispatch", now=T).out == ""  # the configured sender got it
-    cli_queue(T + 1, "two")
-    assert json.loads(cli("dispatch", "--json", now=T + 3600).out)["outcome"] == "waiting"
-    overridden = cli("dispatch", "--json", "--gap", "1h", now=T + 3600)
+    cli_queue(T0, "one")
+    assert cli("dispatch", now=T0).out == ""  # the configured sender got it
+    cli_queue(T0 + 1, "two")
+    assert json.loads(cli("dispatch", "--json", now=T0 + 3600).out)["outcome"] == "waiting"
+    overridden = cli("dispatch", "--json", "--gap", "1h", now=T0 + 3600)
     assert json.loads(overridden.out)["outcome"] == "sent"
     assert [c["body"] for c in sender.calls()] == ["one", "two"]
 
 
 def test_no_sender_with_json_puts_the_body_in_the_document(cli: Callable[..., Any],
                                                             cli_queue: Queue) -> None:
-    cli_queue(T, "a", "b")
-    doc = json.loads(cli("dispatch", "--json", now=T).out)
+    cli_queue(T0, "a", "b")
+    doc = json.loads(cli("dispatch", "--json", now=T0).out)
     assert (doc["outcome"], doc["body"], doc["messages"]) == ("sent", "a\n\nb", [1, 2])
 
 
 def test_bad_flags_are_usage_errors(cli: Callable[..., Any], cli_queue: Queue) -> None:
-    cli_queue(T, "kept")
+    cli_queue(T0, "kept")
     for argv in (["--mode", "exactly-once"], ["--gap", "soon"], ["--timeout", "-1"],
                  ["--via", "x", "--", "y"], ["--via", ""]):
-        result = cli("dispatch", *argv, now=T)
+        result = cli("dispatch", *argv, now=T0)
         assert result.code == 2, (argv, result.err)
         assert result.err.startswith("agentbox: error:")
     assert [r["state"] for r in outbox_rows(cli)] == ["held"]
 
 
 def test_a_busy_database_exits_75(cli: Callable[..., Any], cli_queue: Queue,
-                                  inbox: SqliteStore,
+                                  inbox_store: SqliteStore,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbox.backends.sqlite import db
 
-    cli_queue(T, "blocked")
+    cli_queue(T0, "blocked")
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.2)
-    inbox.conn.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
+    inbox_store.conn.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
-        result = cli("dispatch", now=T)
+        result = cli("dispatch", now=T0)
     finally:
-        inbox.conn.execute("ROLLBACK")
+        inbox_store.conn.execute("ROLLBACK")
     assert result.code == 75, result.err
     assert "busy" in result.err
     assert result.out == ""

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-T0 = 1_000_000
+from support.clock import T0
 
 # A sender that leaves a grandchild behind: only stopping the sender's whole
 # process group ends the grandchild.

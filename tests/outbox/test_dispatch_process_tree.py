@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from proctools import (
+from support.clock import T0
+from support.processes import (
     children,
     finish_proc,
     gone_within,
@@ -24,7 +25,6 @@ from proctools import (
 )
 
 pytestmark = pytest.mark.slow
-T0 = 1_000_000
 GONE_WITHIN = 1.0  # seconds after agentbox dies
 
 

@@ -16,15 +16,15 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.outbox import CLAIM_GRACE
-from contract.kit import states
-from proctools import alive, finish_proc, wait_for
+from support.clock import T0
+from support.processes import alive, finish_proc, wait_for
+from support.store import outbox_states
 
 pytestmark = pytest.mark.slow
 
 Queue = Callable[..., None]
-T = 1_000_000
 SEND_TIMEOUT = 60
-DEADLINE = T + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T
+DEADLINE = T0 + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T
 WAIT = 60.0  # generous: two cores, other test runs beside us
 
 
@@ -54,12 +54,12 @@ def kill_mid_send(sender: Any, now: int, mode: str) -> dict[str, Any]:
 
 
 def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
-    cli_queue(T, "deploy finished", "3 tests flaky")
-    first = kill_mid_send(sender, T, "at-least-once")
+    cli_queue(T0, "deploy finished", "3 tests flaky")
+    first = kill_mid_send(sender, T0, "at-least-once")
     assert first["attempt"] == "1"
-    assert states(inbox) == ["sending", "sending"]
+    assert outbox_states(inbox_store) == ["sending", "sending"]
 
     # Until the claim deadline nobody knows the dispatcher is gone: no resend.
     early = agentbox_proc("dispatch", "--", *sender.argv, env={"AGENTBOX_NOW": str(DEADLINE)})
@@ -76,7 +76,7 @@ def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
     assert calls[1]["key"] == first["key"]
     assert calls[1]["attempt"] == "2"
     assert calls[1]["body"] == first["body"] == "deploy finished\n\n3 tests flaky"
-    assert states(inbox) == ["sent", "sent"]
+    assert outbox_states(inbox_store) == ["sent", "sent"]
 
     again = agentbox_proc("dispatch", "--", *sender.argv,
                           env={"AGENTBOX_NOW": str(DEADLINE + 10_000)})
@@ -85,7 +85,7 @@ def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
 
 
 def test_killed_dispatcher_at_most_once_waits_for_the_operator(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     def dispatch(now: int) -> subprocess.CompletedProcess[str]:
         done = agentbox_proc("dispatch", "--", *sender.argv, env={"AGENTBOX_NOW": str(now)})
@@ -96,38 +96,38 @@ def test_killed_dispatcher_at_most_once_waits_for_the_operator(
         done = agentbox_proc("outbox", "resolve", key, verdict)
         assert done.returncode == 0, done.stderr
 
-    cli_queue(T, "refund issued")
-    first = kill_mid_send(sender, T, "at-most-once")
+    cli_queue(T0, "refund issued")
+    first = kill_mid_send(sender, T0, "at-most-once")
     # The dispatchers that come later are at-least-once (the default): the mode
     # recorded on the claim decides.
     dispatch(DEADLINE + 1)
-    assert states(inbox) == ["uncertain"]
-    dispatch(T + 10 * 3600)
-    assert len(sender.calls()) == 1 and states(inbox) == ["uncertain"]
+    assert outbox_states(inbox_store) == ["uncertain"]
+    dispatch(T0 + 10 * 3600)
+    assert len(sender.calls()) == 1 and outbox_states(inbox_store) == ["uncertain"]
     resolve(first["key"], "--sent")
-    assert states(inbox) == ["sent"]
+    assert outbox_states(inbox_store) == ["sent"]
 
-    later = T + 11 * 3600
+    later = T0 + 11 * 3600
     cli_queue(later, "second refund")
     second = kill_mid_send(sender, later, "at-most-once")
     assert second["key"] != first["key"]
     dispatch(later + SEND_TIMEOUT + CLAIM_GRACE + 1)
-    assert states(inbox) == ["sent", "uncertain"]
+    assert outbox_states(inbox_store) == ["sent", "uncertain"]
     resolve(second["key"], "--unsent")
-    assert states(inbox) == ["sent", "held"]
+    assert outbox_states(inbox_store) == ["sent", "held"]
     dispatch(later + SEND_TIMEOUT + CLAIM_GRACE + 2)
     calls = sender.calls()
     assert [c["body"] for c in calls] == ["refund issued", "second refund", "second refund"]
     assert calls[2]["key"] not in (first["key"], second["key"])
-    assert states(inbox) == ["sent", "sent"]
+    assert outbox_states(inbox_store) == ["sent", "sent"]
     assert agentbox_proc("outbox", "resolve", second["key"], "--sent").returncode == 3
 
 
 def test_an_interrupted_dispatcher_leaves_its_send_not_known(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any) -> None:
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any) -> None:
     """Ctrl-C mid-send: the sender is stopped and the send is settled as not known."""
-    cli_queue(T, "refund issued")
-    proc = start_dispatch(sender, T, "--mode", "at-most-once", wait=True)
+    cli_queue(T0, "refund issued")
+    proc = start_dispatch(sender, T0, "--mode", "at-most-once", wait=True)
     try:
         wait_for(lambda: len(sender.calls()) == 1, "the sender's marker")
         proc.send_signal(signal.SIGINT)
@@ -137,15 +137,15 @@ def test_an_interrupted_dispatcher_leaves_its_send_not_known(
     assert (code, out) == (130, "")
     assert "Traceback" not in err and err.count("\n") <= 1, err
     wait_for(lambda: not alive(sender.calls()[0]["pid"]), "the sender to be stopped")
-    [row] = inbox.outbox(("held", "sending", "sent", "uncertain"))
+    [row] = inbox_store.outbox(("held", "sending", "sent", "uncertain"))
     assert (row.state, row.error) == ("uncertain", "dispatcher interrupted mid-send")
     assert len(sender.calls()) == 1
 
 
 def test_two_dispatchers_started_together_send_each_row_once(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any) -> None:
-    cli_queue(T, "a", "b", "c")
-    procs = [start_dispatch(sender, T, wait=True) for _ in range(2)]
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any) -> None:
+    cli_queue(T0, "a", "b", "c")
+    procs = [start_dispatch(sender, T0, wait=True) for _ in range(2)]
     try:
         # One claims the rows and its sender hangs; the other finds them taken and
         # ends while that send is still in flight.
@@ -161,19 +161,19 @@ def test_two_dispatchers_started_together_send_each_row_once(
     results = [finish_proc(p) for p in procs if p is not loser]
     assert [r[0] for r in results] == [0]
     assert [c["body"] for c in sender.calls()] == ["a\n\nb\n\nc"]
-    assert states(inbox) == ["sent", "sent", "sent"]
+    assert outbox_states(inbox_store) == ["sent", "sent", "sent"]
 
 
 def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
-    cli_queue(T, "slow channel")
-    proc = start_dispatch(sender, T, wait=True)
+    cli_queue(T0, "slow channel")
+    proc = start_dispatch(sender, T0, wait=True)
     try:
         wait_for(lambda: len(sender.calls()) == 1, "the sender's marker")
         started = time.monotonic()
         ingested = agentbox_proc("ingest", "github", "delivery-1", "--payload", '{"n": 1}',
-                                 env={"AGENTBOX_NOW": str(T + 1)})
+                                 env={"AGENTBOX_NOW": str(T0 + 1)})
         elapsed = time.monotonic() - started
         # Still mid-send: the sender only ends once the release file exists.
         assert proc.poll() is None
@@ -185,5 +185,5 @@ def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
     assert elapsed < 10, elapsed
     code, _, err = finish_proc(proc)
     assert code == 0, err
-    assert states(inbox) == ["sent"]
-    assert inbox.find("github", "delivery-1") is not None
+    assert outbox_states(inbox_store) == ["sent"]
+    assert inbox_store.find("github", "delivery-1") is not None

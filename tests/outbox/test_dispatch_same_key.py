@@ -17,11 +17,11 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.outbox import CLAIM_GRACE, RESEND_BACKOFF
-from contract.kit import say, states
+from support.clock import T0
+from support.store import outbox_states, say
 
 pytestmark = pytest.mark.slow
 
-T = 1_000_000
 TIMEOUT = 1  # seconds: the hanging try is stopped quickly
 
 # Each call takes the next word from the script file: hang, fail or ok.
@@ -44,26 +44,26 @@ sys.exit(0 if words[0] == "ok" else 1)
 
 
 def test_a_resend_that_fails_keeps_the_key_until_a_try_succeeds(
-        tmp_path: Path, inbox: SqliteStore,
+        tmp_path: Path, inbox_store: SqliteStore,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     script, log = tmp_path / "words", tmp_path / "sent.jsonl"
     script.write_text("hang fail ok")
     sender = tmp_path / "sender.py"
     sender.write_text(SCRIPTED)
     env = {"SENDER_SCRIPT": str(script), "SENDER_LOG": str(log)}
-    say(inbox, T, "deploy finished")
+    say(inbox_store, T0, "deploy finished")
 
     def dispatch(now: int) -> subprocess.CompletedProcess[str]:
         return agentbox_proc("dispatch", "--timeout", f"{TIMEOUT}s", "--", sys.executable,
                              str(sender), env={**env, "AGENTBOX_NOW": str(now)}, timeout=120)
 
-    hung = dispatch(T)
+    hung = dispatch(T0)
     assert hung.returncode == 1 and "outcome not known" in hung.stderr
-    resend_at = T + TIMEOUT + CLAIM_GRACE + 1
+    resend_at = T0 + TIMEOUT + CLAIM_GRACE + 1
     failed = dispatch(resend_at)
     assert failed.returncode == 1
     assert "kept under the same key" in failed.stderr, failed.stderr
-    assert states(inbox) == ["sending"]
+    assert outbox_states(inbox_store) == ["sending"]
     too_soon = dispatch(resend_at + RESEND_BACKOFF)
     assert too_soon.returncode == 0 and "nothing to send" in too_soon.stderr
     sent = dispatch(resend_at + RESEND_BACKOFF + 1)
@@ -72,4 +72,4 @@ def test_a_resend_that_fails_keeps_the_key_until_a_try_succeeds(
     assert [(c["word"], c["attempt"]) for c in calls] == [("hang", "1"), ("fail", "2"),
                                                           ("ok", "3")]
     assert len({c["key"] for c in calls}) == 1
-    assert states(inbox) == ["sent"]
+    assert outbox_states(inbox_store) == ["sent"]

@@ -13,9 +13,9 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.outbox import CLAIM_GRACE
-from contract.kit import states
-from proctools import alive, wait_for
-from watchtools import Watcher
+from support.processes import alive, wait_for
+from support.store import outbox_states
+from support.watching import Watcher
 
 pytestmark = pytest.mark.slow
 
@@ -41,47 +41,48 @@ def sent(sender: Any, count: int, timeout: float = QUICK) -> list[dict[str, Any]
 
 
 def test_an_urgent_message_goes_at_once_and_takes_the_held_ones(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
     dispatcher = start_dispatcher(start_watcher, sender, "--gap", "1h")
     cli_queue(now(), "first")
     [first] = sent(sender, 1)  # nothing was ever sent: no gap to wait out
     assert (first["body"], first["urgent"]) == ("first", "0")
-    wait_for(lambda: states(inbox) == ["sent"], "the first send to be settled")
+    wait_for(lambda: outbox_states(inbox_store) == ["sent"], "the first send to be settled")
     cli_queue(now(), "second")
     began = time.monotonic()
     cli_queue(now(), "the site is down", urgent=True)
     [_, urgent] = sent(sender, 2)
     assert time.monotonic() - began < QUICK
     assert (urgent["body"], urgent["urgent"]) == ("second\n\nthe site is down", "1")
-    wait_for(lambda: states(inbox) == ["sent"] * 3, "the urgent send to be settled")
+    wait_for(lambda: outbox_states(inbox_store) == ["sent"] * 3, "the urgent send to be settled")
     cli_queue(now(), "third")  # the hour counts from the urgent send: this one waits
     assert dispatcher.stop(signal.SIGTERM) == 0
     assert len(sender.calls()) == 2
-    assert states(inbox) == ["sent", "sent", "sent", "held"]
+    assert outbox_states(inbox_store) == ["sent", "sent", "sent", "held"]
     said = dispatcher.said()
     assert said.count("agentbox: sent dispatch") == 2 and "stopped by SIGTERM" in said
 
 
 def test_a_held_message_goes_when_the_gap_ends(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
     gap = 3
     dispatcher = start_dispatcher(start_watcher, sender, "--gap", f"{gap}s")
     cli_queue(now(), "a")
     [a] = sent(sender, 1)
-    wait_for(lambda: states(inbox) == ["sent"], "the first send to be settled")
+    wait_for(lambda: outbox_states(inbox_store) == ["sent"], "the first send to be settled")
     cli_queue(now(), "b")
     [_, b] = sent(sender, 2, gap + QUICK)
     # The gap counts from the first claim (whole seconds): not before, and soon after.
-    [(claimed_at,)] = inbox.conn.execute("SELECT claimed_at FROM dispatches WHERE key = ?",
+    [(claimed_at,)] = inbox_store.conn.execute("SELECT claimed_at FROM dispatches WHERE key = ?",
                                          (a["key"],)).fetchall()
     assert claimed_at + gap <= b["at"] <= claimed_at + gap + QUICK
-    wait_for(lambda: states(inbox) == ["sent", "sent"], "the second send to be settled")
+    wait_for(lambda: outbox_states(inbox_store) == ["sent", "sent"],
+             "the second send to be settled")
     assert dispatcher.stop(signal.SIGINT) == 0
-    assert states(inbox) == ["sent", "sent"]
+    assert outbox_states(inbox_store) == ["sent", "sent"]
 
 
 def test_an_overdue_at_least_once_claim_is_resent_under_the_same_key(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any, start_watcher: Any,
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any,
         home: Any) -> None:
     cli_queue(now(), "deploy finished")
     # A dispatcher claims the message as if 88 s ago and dies mid-send: its claim's
@@ -102,18 +103,18 @@ def test_an_overdue_at_least_once_claim_is_resent_under_the_same_key(
     assert (again["key"], again["attempt"], again["body"]) == (
         first["key"], "2", "deploy finished")
     assert again["at"] >= deadline  # not before the claim was overdue
-    wait_for(lambda: states(inbox) == ["sent"], "the resend to be settled")
+    wait_for(lambda: outbox_states(inbox_store) == ["sent"], "the resend to be settled")
     assert dispatcher.stop(signal.SIGTERM) == 0
 
 
 def test_sigterm_mid_send_stops_the_sender_and_leaves_the_send_not_known(
-        cli_queue: Queue, inbox: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
     dispatcher = start_dispatcher(start_watcher, sender, wait=True)
     cli_queue(now(), "refund issued")
     [call] = sent(sender, 1)
     assert dispatcher.stop(signal.SIGTERM) == 0
     wait_for(lambda: not alive(call["pid"]), "the sender to be stopped", 30)
-    [row] = inbox.outbox(("held", "sending", "sent", "uncertain"))
+    [row] = inbox_store.outbox(("held", "sending", "sent", "uncertain"))
     # at-least-once: still claimed, resent under the same key once its deadline passes
     assert (row.state, row.error) == ("sending", "dispatcher interrupted mid-send")
     assert "outcome not known" in dispatcher.said()

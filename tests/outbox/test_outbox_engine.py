@@ -9,10 +9,10 @@ import pytest
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.outbox import CLAIM_GRACE, SEPARATOR, Dispatch, Wait
+from support.clock import T0
 
 Queue = Callable[..., None]
 
-T = 1_000_000
 GAP = 3600
 TIMEOUT = 60
 DEADLINE = TIMEOUT + CLAIM_GRACE  # a claim made at t is abandoned after t + DEADLINE
@@ -41,135 +41,135 @@ def states(store: SqliteStore) -> dict[int, str]:
 
 
 def test_held_messages_go_out_merged_in_order(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "one", "two")
-    queue(T, "three")
-    dispatch = claimed(store, T)
+    queue(T0, "one", "two")
+    queue(T0, "three")
+    dispatch = claimed(store, T0)
     assert dispatch.body == SEPARATOR.join(["one", "two", "three"])
     assert dispatch.message_ids == (1, 2, 3)
-    assert (dispatch.tries, dispatch.deadline, dispatch.mode) == (1, T + DEADLINE,
+    assert (dispatch.tries, dispatch.deadline, dispatch.mode) == (1, T0 + DEADLINE,
                                                                  "at-least-once")
     assert set(states(store).values()) == {"sending"}
-    assert store.settle_dispatch(dispatch.key, "sent", T, attempt=1)
+    assert store.settle_dispatch(dispatch.key, "sent", T0, attempt=1)
     assert set(states(store).values()) == {"sent"}
     assert store.status().outbox == {"held": 0, "sending": 0, "sent": 3, "uncertain": 0}
 
 
 def test_nothing_held_is_a_wait_without_a_time(store: SqliteStore) -> None:
-    assert waited(store, T) == Wait(0, None)
+    assert waited(store, T0) == Wait(0, None)
 
 
 def test_the_article_case_three_updates_inside_an_hour(store: SqliteStore,
                                                          queue: Queue) -> None:
     sends: list[str] = []
     for minute in (0, 10, 20):
-        queue(T + minute * 60, f"update {minute // 10}")
-        found = claim(store, T + minute * 60)
+        queue(T0 + minute * 60, f"update {minute // 10}")
+        found = claim(store, T0 + minute * 60)
         if isinstance(found, Dispatch):
             sends.append(found.body)
-            store.settle_dispatch(found.key, "sent", T + minute * 60, attempt=found.tries)
-    found = claimed(store, T + 61 * 60)
+            store.settle_dispatch(found.key, "sent", T0 + minute * 60, attempt=found.tries)
+    found = claimed(store, T0 + 61 * 60)
     sends.append(found.body)
     assert sends == ["update 0", "update 1\n\nupdate 2"]
 
 
 def test_gap_counts_from_the_last_send(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "first")
-    first = claimed(store, T)
-    store.settle_dispatch(first.key, "sent", T + 5, attempt=1)
-    queue(T + 10, "second")
-    assert waited(store, T + GAP - 1) == Wait(1, T + GAP)
-    assert claimed(store, T + GAP).body == "second"
+    queue(T0, "first")
+    first = claimed(store, T0)
+    store.settle_dispatch(first.key, "sent", T0 + 5, attempt=1)
+    queue(T0 + 10, "second")
+    assert waited(store, T0 + GAP - 1) == Wait(1, T0 + GAP)
+    assert claimed(store, T0 + GAP).body == "second"
 
 
 def test_an_urgent_send_resets_the_gap_and_takes_the_held_ones(store: SqliteStore,
                                                                 queue: Queue) -> None:
-    queue(T, "first")
-    first = claimed(store, T)
-    store.settle_dispatch(first.key, "sent", T, attempt=1)
-    queue(T + 60, "routine")
-    queue(T + 100, "fire!", urgent=True)
-    urgent = claimed(store, T + 100)
+    queue(T0, "first")
+    first = claimed(store, T0)
+    store.settle_dispatch(first.key, "sent", T0, attempt=1)
+    queue(T0 + 60, "routine")
+    queue(T0 + 100, "fire!", urgent=True)
+    urgent = claimed(store, T0 + 100)
     assert urgent.urgent
     assert urgent.body == "routine\n\nfire!"
-    store.settle_dispatch(urgent.key, "sent", T + 100, attempt=1)
-    queue(T + 200, "later")
+    store.settle_dispatch(urgent.key, "sent", T0 + 100, attempt=1)
+    queue(T0 + 200, "later")
     # A send of any kind restarts the gap: the urgent one at T+100, not T.
-    assert waited(store, T + GAP).until == T + 100 + GAP
-    assert claimed(store, T + 100 + GAP).body == "later"
+    assert waited(store, T0 + GAP).until == T0 + 100 + GAP
+    assert claimed(store, T0 + 100 + GAP).body == "later"
 
 
 def test_failed_sends_do_not_count_toward_the_gap(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "first")
-    first = claimed(store, T)
-    store.settle_dispatch(first.key, "sent", T, attempt=1)
-    queue(T + 10, "second")
-    failing = claimed(store, T + GAP)
-    assert store.settle_dispatch(failing.key, "failed", T + GAP, "exit 1", attempt=1)
+    queue(T0, "first")
+    first = claimed(store, T0)
+    store.settle_dispatch(first.key, "sent", T0, attempt=1)
+    queue(T0 + 10, "second")
+    failing = claimed(store, T0 + GAP)
+    assert store.settle_dispatch(failing.key, "failed", T0 + GAP, "exit 1", attempt=1)
     [held] = store.outbox()
     assert (held.state, held.error, held.dispatch_key) == ("held", "exit 1", None)
-    retry = claimed(store, T + GAP + 1)
+    retry = claimed(store, T0 + GAP + 1)
     assert retry.body == "second"
     assert retry.key != failing.key
-    store.settle_dispatch(retry.key, "sent", T + GAP + 1, attempt=1)
+    store.settle_dispatch(retry.key, "sent", T0 + GAP + 1, attempt=1)
     assert store.outbox(("sent",))[-1].error is None
 
 
 def test_a_failure_before_any_send_leaves_the_next_dispatch_free(store: SqliteStore,
                                                                   queue: Queue) -> None:
-    queue(T, "only")
-    failing = claimed(store, T)
-    store.settle_dispatch(failing.key, "failed", T, "exit 2", attempt=1)
-    assert claimed(store, T + 1).body == "only"
+    queue(T0, "only")
+    failing = claimed(store, T0)
+    store.settle_dispatch(failing.key, "failed", T0, "exit 2", attempt=1)
+    assert claimed(store, T0 + 1).body == "only"
 
 
 def test_settle_twice_changes_nothing_the_second_time(store: SqliteStore,
                                                        queue: Queue) -> None:
-    queue(T, "once")
-    dispatch = claimed(store, T)
-    assert store.settle_dispatch(dispatch.key, "sent", T, attempt=1)
-    assert not store.settle_dispatch(dispatch.key, "failed", T + 1, "late", attempt=1)
-    assert not store.settle_dispatch(dispatch.key, "sent", T + 1, attempt=1)
+    queue(T0, "once")
+    dispatch = claimed(store, T0)
+    assert store.settle_dispatch(dispatch.key, "sent", T0, attempt=1)
+    assert not store.settle_dispatch(dispatch.key, "failed", T0 + 1, "late", attempt=1)
+    assert not store.settle_dispatch(dispatch.key, "sent", T0 + 1, attempt=1)
     [message] = store.outbox(("sent",))
-    assert (message.state, message.sent_at, message.error) == ("sent", T, None)
-    assert not store.settle_dispatch("no-such-key", "sent", T, attempt=1)
+    assert (message.state, message.sent_at, message.error) == ("sent", T0, None)
+    assert not store.settle_dispatch("no-such-key", "sent", T0, attempt=1)
 
 
 def test_a_failed_dispatch_cannot_be_settled_again(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "once")
-    dispatch = claimed(store, T)
-    assert store.settle_dispatch(dispatch.key, "failed", T, "exit 1", attempt=1)
+    queue(T0, "once")
+    dispatch = claimed(store, T0)
+    assert store.settle_dispatch(dispatch.key, "failed", T0, "exit 1", attempt=1)
     # The rows are held (and may already be in a new dispatch): a late word is refused.
-    assert not store.settle_dispatch(dispatch.key, "sent", T + 1, attempt=1)
+    assert not store.settle_dispatch(dispatch.key, "sent", T0 + 1, attempt=1)
     assert states(store) == {1: "held"}
 
 
 def test_at_least_once_unknown_waits_for_the_deadline_then_resends(
         store: SqliteStore, queue: Queue) -> None:
-    queue(T, "maybe")
-    first = claimed(store, T)
-    assert store.settle_dispatch(first.key, "unknown", T + 60, "timed out", attempt=1)
+    queue(T0, "maybe")
+    first = claimed(store, T0)
+    assert store.settle_dispatch(first.key, "unknown", T0 + 60, "timed out", attempt=1)
     [row] = store.outbox()
     assert (row.state, row.error) == ("sending", "timed out")
-    queue(T + 70, "newer", urgent=True)
+    queue(T0 + 70, "newer", urgent=True)
     # Not before the deadline, even for an urgent message: the claim is in flight
     # and counts as the last send; the urgent one goes on its own.
-    urgent = claimed(store, T + 70)
+    urgent = claimed(store, T0 + 70)
     assert urgent.body == "newer"
-    store.settle_dispatch(urgent.key, "sent", T + 70, attempt=1)
-    assert waited(store, T + DEADLINE) == Wait(0, T + 70 + GAP, 1, T + DEADLINE)
-    again = claimed(store, T + DEADLINE + 1)
+    store.settle_dispatch(urgent.key, "sent", T0 + 70, attempt=1)
+    assert waited(store, T0 + DEADLINE) == Wait(0, T0 + 70 + GAP, 1, T0 + DEADLINE)
+    again = claimed(store, T0 + DEADLINE + 1)
     assert (again.key, again.body, again.message_ids) == (first.key, "maybe", (1,))
-    assert (again.tries, again.deadline) == (2, T + DEADLINE + 1 + DEADLINE)
+    assert (again.tries, again.deadline) == (2, T0 + DEADLINE + 1 + DEADLINE)
     assert again.resend
-    assert store.settle_dispatch(again.key, "sent", T + DEADLINE + 2, attempt=2)
+    assert store.settle_dispatch(again.key, "sent", T0 + DEADLINE + 2, attempt=2)
     assert states(store) == {1: "sent", 2: "sent"}
-    assert waited(store, T + 2 * DEADLINE + 10).in_flight == 0
+    assert waited(store, T0 + 2 * DEADLINE + 10).in_flight == 0
 
 
 def test_a_resend_ignores_the_gap(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "maybe")
-    first = claimed(store, T, gap=10 * GAP)
-    later = T + DEADLINE + 1
+    queue(T0, "maybe")
+    first = claimed(store, T0, gap=10 * GAP)
+    later = T0 + DEADLINE + 1
     again = claimed(store, later, gap=10 * GAP)
     assert again.key == first.key
     assert not isinstance(claim(store, later + 1, gap=10 * GAP), Dispatch)
@@ -177,157 +177,157 @@ def test_a_resend_ignores_the_gap(store: SqliteStore, queue: Queue) -> None:
 
 def test_rows_held_after_a_claim_do_not_join_its_resend(store: SqliteStore,
                                                         queue: Queue) -> None:
-    queue(T, "a")
-    first = claimed(store, T)
-    queue(T + 10, "b")
-    again = claimed(store, T + DEADLINE + 1)
+    queue(T0, "a")
+    first = claimed(store, T0)
+    queue(T0 + 10, "b")
+    again = claimed(store, T0 + DEADLINE + 1)
     assert (again.key, again.body) == (first.key, "a")
     assert states(store) == {1: "sending", 2: "held"}
 
 
 def test_settle_after_another_dispatcher_took_over_is_refused(store: SqliteStore,
                                                               queue: Queue) -> None:
-    queue(T, "contested")
-    stale = claimed(store, T)
-    fresh = claimed(store, T + DEADLINE + 1)
+    queue(T0, "contested")
+    stale = claimed(store, T0)
+    fresh = claimed(store, T0 + DEADLINE + 1)
     assert fresh.key == stale.key and fresh.tries == 2
     # The first dispatcher comes back: neither its failure nor its doubt may undo try 2.
-    assert not store.settle_dispatch(stale.key, "failed", T + DEADLINE + 2, "x", attempt=1)
-    assert not store.settle_dispatch(stale.key, "unknown", T + DEADLINE + 2, "y", attempt=1)
+    assert not store.settle_dispatch(stale.key, "failed", T0 + DEADLINE + 2, "x", attempt=1)
+    assert not store.settle_dispatch(stale.key, "unknown", T0 + DEADLINE + 2, "y", attempt=1)
     [row] = store.outbox()
     assert (row.state, row.error, row.dispatch_key) == ("sending", None, stale.key)
-    assert store.settle_dispatch(fresh.key, "sent", T + DEADLINE + 3, attempt=2)
+    assert store.settle_dispatch(fresh.key, "sent", T0 + DEADLINE + 3, attempt=2)
     assert states(store) == {1: "sent"}
 
 
 def test_a_late_sent_from_an_overtaken_try_still_counts(store: SqliteStore,
                                                         queue: Queue) -> None:
-    queue(T, "delivered late")
-    stale = claimed(store, T)
-    fresh = claimed(store, T + DEADLINE + 1)
-    assert store.settle_dispatch(stale.key, "sent", T + DEADLINE + 2, attempt=1)
+    queue(T0, "delivered late")
+    stale = claimed(store, T0)
+    fresh = claimed(store, T0 + DEADLINE + 1)
+    assert store.settle_dispatch(stale.key, "sent", T0 + DEADLINE + 2, attempt=1)
     assert states(store) == {1: "sent"}
-    assert not store.settle_dispatch(fresh.key, "failed", T + DEADLINE + 3, "x",
+    assert not store.settle_dispatch(fresh.key, "failed", T0 + DEADLINE + 3, "x",
                                      attempt=fresh.tries)
     assert states(store) == {1: "sent"}
 
 
 def test_at_most_once_unknown_is_uncertain_and_never_resent(store: SqliteStore,
                                                             queue: Queue) -> None:
-    queue(T, "careful")
-    dispatch = claimed(store, T, "at-most-once")
-    assert store.settle_dispatch(dispatch.key, "unknown", T + 60, "timed out", attempt=1)
+    queue(T0, "careful")
+    dispatch = claimed(store, T0, "at-most-once")
+    assert store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "timed out", attempt=1)
     [row] = store.outbox()
     assert (row.state, row.error, row.dispatch_key) == ("uncertain", "timed out",
                                                         dispatch.key)
-    for later in (T + DEADLINE + 1, T + 10 * GAP):
+    for later in (T0 + DEADLINE + 1, T0 + 10 * GAP):
         assert waited(store, later, "at-least-once").held == 0
     assert states(store) == {1: "uncertain"}
 
 
 def test_an_expired_at_most_once_claim_becomes_uncertain(store: SqliteStore,
                                                          queue: Queue) -> None:
-    queue(T, "careful")
-    dispatch = claimed(store, T, "at-most-once")
-    assert waited(store, T + DEADLINE).in_flight == 1
+    queue(T0, "careful")
+    dispatch = claimed(store, T0, "at-most-once")
+    assert waited(store, T0 + DEADLINE).in_flight == 1
     assert states(store) == {1: "sending"}
     # The mode is the claim's: a dispatcher in the other mode does not resend it.
-    found = waited(store, T + DEADLINE + 1, "at-least-once")
+    found = waited(store, T0 + DEADLINE + 1, "at-least-once")
     assert found.in_flight == 0
     assert states(store) == {1: "uncertain"}
     # It may have been delivered, so it counts toward the gap.
-    queue(T + 100, "next")
-    assert waited(store, T + 200).until == T + GAP
-    assert store.settle_dispatch(dispatch.key, "unknown", T + 300, "late", attempt=1) is False
+    queue(T0 + 100, "next")
+    assert waited(store, T0 + 200).until == T0 + GAP
+    assert store.settle_dispatch(dispatch.key, "unknown", T0 + 300, "late", attempt=1) is False
 
 
 def test_an_expired_at_least_once_claim_is_resent_by_an_at_most_once_dispatcher(
         store: SqliteStore, queue: Queue) -> None:
-    queue(T, "retry me")
-    first = claimed(store, T, "at-least-once")
-    again = claimed(store, T + DEADLINE + 1, "at-most-once")
+    queue(T0, "retry me")
+    first = claimed(store, T0, "at-least-once")
+    again = claimed(store, T0 + DEADLINE + 1, "at-most-once")
     assert (again.key, again.mode, again.tries) == (first.key, "at-least-once", 2)
 
 
 def test_several_expired_claims_resend_one_at_a_time(store: SqliteStore,
                                                      queue: Queue) -> None:
-    queue(T, "a")
-    first = claimed(store, T)
-    queue(T + 1, "b", urgent=True)
-    second = claimed(store, T + 1)
-    later = T + DEADLINE + 10
+    queue(T0, "a")
+    first = claimed(store, T0)
+    queue(T0 + 1, "b", urgent=True)
+    second = claimed(store, T0 + 1)
+    later = T0 + DEADLINE + 10
     assert claimed(store, later).key == first.key
     assert claimed(store, later).key == second.key
     assert waited(store, later).in_flight == 2
 
 
 def test_resolve_unsent_holds_the_rows_again(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "a", "b")
-    dispatch = claimed(store, T, "at-most-once")
-    store.settle_dispatch(dispatch.key, "unknown", T + 60, "killed", attempt=1)
-    assert store.resolve_dispatch(dispatch.key, False, T + 100) == 2
+    queue(T0, "a", "b")
+    dispatch = claimed(store, T0, "at-most-once")
+    store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "killed", attempt=1)
+    assert store.resolve_dispatch(dispatch.key, False, T0 + 100) == 2
     rows = store.outbox()
     assert [(r.state, r.dispatch_key) for r in rows] == [("held", None), ("held", None)]
     # An unsent dispatch does not count toward the gap; the rows go under a new key.
-    again = claimed(store, T + 101, "at-most-once")
+    again = claimed(store, T0 + 101, "at-most-once")
     assert again.key != dispatch.key and again.body == "a\n\nb"
     with pytest.raises(NotAsAsked):
-        store.resolve_dispatch(dispatch.key, True, T + 102)
+        store.resolve_dispatch(dispatch.key, True, T0 + 102)
 
 
 def test_resolve_sent_marks_the_rows_sent_when_they_were_claimed(store: SqliteStore,
                                                                  queue: Queue) -> None:
-    queue(T, "a")
-    dispatch = claimed(store, T + 5, "at-most-once")
-    store.settle_dispatch(dispatch.key, "unknown", T + 60, "killed", attempt=1)
-    assert store.resolve_dispatch(dispatch.key, True, T + 500) == 1
+    queue(T0, "a")
+    dispatch = claimed(store, T0 + 5, "at-most-once")
+    store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "killed", attempt=1)
+    assert store.resolve_dispatch(dispatch.key, True, T0 + 500) == 1
     [row] = store.outbox(("sent",))
-    assert (row.state, row.sent_at, row.error) == ("sent", T + 5, None)
+    assert (row.state, row.sent_at, row.error) == ("sent", T0 + 5, None)
     assert store.status().outbox["uncertain"] == 0
 
 
 def test_resolve_refuses_what_is_not_uncertain(store: SqliteStore, queue: Queue) -> None:
     with pytest.raises(BadInput):
-        store.resolve_dispatch("nope", True, T)
-    queue(T, "a")
-    dispatch = claimed(store, T)
+        store.resolve_dispatch("nope", True, T0)
+    queue(T0, "a")
+    dispatch = claimed(store, T0)
     with pytest.raises(NotAsAsked, match="sending"):
-        store.resolve_dispatch(dispatch.key, True, T + 1)
-    store.settle_dispatch(dispatch.key, "sent", T + 1, attempt=1)
+        store.resolve_dispatch(dispatch.key, True, T0 + 1)
+    store.settle_dispatch(dispatch.key, "sent", T0 + 1, attempt=1)
     with pytest.raises(NotAsAsked, match="sent"):
-        store.resolve_dispatch(dispatch.key, False, T + 2)
+        store.resolve_dispatch(dispatch.key, False, T0 + 2)
     assert states(store) == {1: "sent"}
 
 
 def test_resolve_first_parks_an_expired_at_most_once_claim(store: SqliteStore,
                                                            queue: Queue) -> None:
-    queue(T, "a")
-    dispatch = claimed(store, T, "at-most-once")
+    queue(T0, "a")
+    dispatch = claimed(store, T0, "at-most-once")
     # The dispatcher died; no dispatch has run since, the operator resolves directly.
-    assert store.resolve_dispatch(dispatch.key, False, T + DEADLINE + 1) == 1
+    assert store.resolve_dispatch(dispatch.key, False, T0 + DEADLINE + 1) == 1
     assert states(store) == {1: "held"}
 
 
 def test_a_late_sent_settles_an_uncertain_dispatch(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "a")
-    dispatch = claimed(store, T, "at-most-once")
-    waited(store, T + DEADLINE + 1)
+    queue(T0, "a")
+    dispatch = claimed(store, T0, "at-most-once")
+    waited(store, T0 + DEADLINE + 1)
     assert states(store) == {1: "uncertain"}
-    assert not store.settle_dispatch(dispatch.key, "failed", T + DEADLINE + 2, "x", attempt=1)
+    assert not store.settle_dispatch(dispatch.key, "failed", T0 + DEADLINE + 2, "x", attempt=1)
     assert states(store) == {1: "uncertain"}
-    assert store.settle_dispatch(dispatch.key, "sent", T + DEADLINE + 2, attempt=1)
+    assert store.settle_dispatch(dispatch.key, "sent", T0 + DEADLINE + 2, attempt=1)
     assert states(store) == {1: "sent"}
 
 
 def test_bad_arguments_are_refused(store: SqliteStore, queue: Queue) -> None:
-    queue(T, "a")
+    queue(T0, "a")
     with pytest.raises(BadInput):
-        store.claim_dispatch(T, "exactly-once", GAP, TIMEOUT)
+        store.claim_dispatch(T0, "exactly-once", GAP, TIMEOUT)
     with pytest.raises(BadInput):
-        store.claim_dispatch(T, "at-most-once", GAP, 0)
-    dispatch = claimed(store, T)
+        store.claim_dispatch(T0, "at-most-once", GAP, 0)
+    dispatch = claimed(store, T0)
     with pytest.raises(BadInput):
-        store.settle_dispatch(dispatch.key, "maybe", T, attempt=1)  # type: ignore[arg-type]
+        store.settle_dispatch(dispatch.key, "maybe", T0, attempt=1)  # type: ignore[arg-type]
     assert states(store) == {1: "sending"}
 
 
@@ -335,11 +335,11 @@ def test_history_tells_the_story_of_a_resent_dispatch(store: SqliteStore,
                                                       queue: Queue) -> None:
     from agentbox.backends.sqlite import history
 
-    queue(T, "a")
-    dispatch = claimed(store, T)
-    store.settle_dispatch(dispatch.key, "unknown", T + 60, "timed out", attempt=1)
-    claimed(store, T + DEADLINE + 1)
-    store.settle_dispatch(dispatch.key, "sent", T + DEADLINE + 2, attempt=2)
+    queue(T0, "a")
+    dispatch = claimed(store, T0)
+    store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "timed out", attempt=1)
+    claimed(store, T0 + DEADLINE + 1)
+    store.settle_dispatch(dispatch.key, "sent", T0 + DEADLINE + 2, attempt=2)
     actions = [e.action for e in history.story(store.conn, "dispatch", dispatch.key)]
     assert actions == ["claimed", "unknown", "resending", "sent"]
     message = [e.action for e in history.story(store.conn, "message", 1)]
@@ -347,5 +347,5 @@ def test_history_tells_the_story_of_a_resent_dispatch(store: SqliteStore,
 
 
 def test_listing_past_its_limit_shows_the_newest(store: SqliteStore, queue: Queue) -> None:
-    queue(T, *(f"m{n}" for n in range(5)))
+    queue(T0, *(f"m{n}" for n in range(5)))
     assert [m.body for m in store.outbox(limit=2)] == ["m3", "m4"]

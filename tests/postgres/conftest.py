@@ -2,7 +2,7 @@
 
 ``home`` (and so ``cli``, ``start_run`` and every process the tests start)
 gets ``AGENTBOX_DB`` naming the test's schema; ``agentbox_proc`` passes it
-on too. ``inbox()`` opens a user's inbox there for inspection.
+on too; ``open_inbox()`` opens a user's inbox there.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from agentbox.backends.postgres.store import PostgresStore
-from pgtools import fresh_schema
-
-Proc = Callable[..., subprocess.CompletedProcess[str]]
+from support.fixtures import Proc
+from support.postgres import fresh_schema
 
 
 @pytest.fixture
@@ -42,15 +41,15 @@ def agentbox_proc(agentbox_proc: Proc, pg_url: str) -> Proc:
 
 
 @pytest.fixture
-def inbox(pg_url: str) -> Iterator[Callable[..., PostgresStore]]:
-    """inbox(user="alice"): that user's inbox in the test's schema, closed at the end."""
+def open_inbox(pg_url: str) -> Iterator[Callable[..., PostgresStore]]:
+    """open_inbox(user="alice"): that user's inbox in the test's schema, closed at the end."""
     opened: list[PostgresStore] = []
 
-    def open_inbox(user: str = "alice") -> PostgresStore:
+    def open_one(user: str = "alice") -> PostgresStore:
         store = PostgresStore(pg_url, user)
         opened.append(store)
         return store
 
-    yield open_inbox
+    yield open_one
     for store in opened:
         store.close()

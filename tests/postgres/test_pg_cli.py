@@ -19,8 +19,8 @@ import pytest
 from agentbox.backends.postgres.store import PostgresStore
 from agentbox.backends.postgres.url import parse, with_schema
 from agentbox.store import POSTGRES_EXTRA
-from pgtools import server_url
-from runhelp import T0
+from support.clock import T0
+from support.postgres import server_url
 
 Inbox = Callable[..., PostgresStore]
 
@@ -31,7 +31,7 @@ def doc(result: Any) -> Any:
 
 
 def test_every_command_works_on_postgresql(cli: Any, handler: list[str], pg_url: str,
-                                           tmp_path: Path, inbox: Inbox) -> None:
+                                           tmp_path: Path, open_inbox: Inbox) -> None:
     assert cli("config", "set", "max_attempts", "1").code == 0
     assert cli("ingest", "chat", "poison", "--payload", '{"poison": true}', now=T0).code == 0
     ran = cli("run", "--json", "--", *handler, "--fail-on", "poison", now=T0)
@@ -65,11 +65,11 @@ def test_every_command_works_on_postgresql(cli: Any, handler: list[str], pg_url:
     assert [a["outcome"] for a in doc(cli("approve", "list", "--json", now=T0))] == ["yes"]
     assert doc(cli("status", "--json"))["events"] == {
         "pending": 3, "running": 0, "done": 1, "dead": 0}  # poison, the timer, the answer
-    assert inbox().status().events["pending"] == 3
+    assert open_inbox().status().events["pending"] == 3
 
 
 def test_the_flag_the_variable_and_the_setting_each_choose_the_database(
-        cli: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch, inbox: Inbox) -> None:
+        cli: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch, open_inbox: Inbox) -> None:
     elsewhere = with_schema(pg_url, parse(pg_url).schema + "_b")
     try:
         monkeypatch.delenv("AGENTBOX_DB")
@@ -79,7 +79,7 @@ def test_the_flag_the_variable_and_the_setting_each_choose_the_database(
         assert cli("ingest", "s", "by-variable").code == 0
         assert cli("--db", pg_url, "ingest", "s", "by-flag").code == 0
         assert doc(cli("status", "--json"))["db"] == parse(elsewhere).location
-        assert [e.source_id for e in (inbox().find("s", i) for i in
+        assert [e.source_id for e in (open_inbox().find("s", i) for i in
                                       ("by-setting", "by-flag", "by-variable")) if e] == [
             "by-setting", "by-flag"]
         with PostgresStore(elsewhere, "alice") as other:
@@ -89,22 +89,22 @@ def test_the_flag_the_variable_and_the_setting_each_choose_the_database(
             conn.execute(f"DROP SCHEMA IF EXISTS {parse(elsewhere).schema} CASCADE")
 
 
-def test_users_share_a_database_and_see_only_their_own_inbox(cli: Any, inbox: Inbox) -> None:
+def test_users_share_a_database_and_see_only_their_own_inbox(cli: Any, open_inbox: Inbox) -> None:
     for user in ("alice", "bob"):
         assert "stored" in cli("-u", user, "ingest", "chat", "m1").out
     assert cli("-u", "bob", "ingest", "chat", "m2").code == 0
     assert doc(cli("-u", "alice", "status", "--json"))["events"]["pending"] == 1
     assert doc(cli("-u", "bob", "status", "--json"))["events"]["pending"] == 2
-    assert inbox("alice").instance_id() != inbox("bob").instance_id()
+    assert open_inbox("alice").instance_id() != open_inbox("bob").instance_id()
 
 
-def test_a_command_that_only_reads_makes_no_inbox(cli: Any, inbox: Inbox) -> None:
+def test_a_command_that_only_reads_makes_no_inbox(cli: Any, open_inbox: Inbox) -> None:
     assert doc(cli("-u", "carol", "status", "--json"))["events"]["pending"] == 0
     assert cli("-u", "carol", "dead").code == 0
-    names = inbox().conn.execute("SELECT name FROM inboxes").fetchall()
+    names = open_inbox().conn.execute("SELECT name FROM inboxes").fetchall()
     assert ("carol",) not in names
     assert cli("-u", "carol", "ingest", "chat", "m1").code == 0
-    assert ("carol",) in inbox().conn.execute("SELECT name FROM inboxes").fetchall()
+    assert ("carol",) in open_inbox().conn.execute("SELECT name FROM inboxes").fetchall()
 
 
 def test_the_password_is_never_shown(cli: Any, pg_url: str) -> None:
@@ -143,9 +143,9 @@ def test_without_psycopg_a_url_names_the_extra_to_install(home: Path, pg_url: st
 
 
 def test_a_schema_from_a_newer_agentbox_is_refused_and_left_alone(
-        cli: Any, inbox: Inbox) -> None:
+        cli: Any, open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1").code == 0
-    store = inbox()
+    store = open_inbox()
     store.conn.execute("INSERT INTO migrations (version, applied_at) VALUES (99, 0)")
     before = store.conn.execute("SELECT * FROM migrations ORDER BY version").fetchall()
     result = cli("status")
@@ -166,13 +166,13 @@ def test_a_schema_holding_other_tables_is_refused(cli: Any, pg_url: str) -> None
 
 
 def test_a_nul_byte_in_handler_stderr_is_recorded_without_it(
-        cli: Any, tmp_path: Path, inbox: Inbox) -> None:
+        cli: Any, tmp_path: Path, open_inbox: Inbox) -> None:
     script = tmp_path / "nul.py"
     script.write_text("import sys\nsys.stderr.buffer.write(b'bad\\x00byte')\nsys.exit(1)\n")
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     result = cli("run", "--", sys.executable, str(script), now=T0)
     assert result.code == 1, result.err
-    event = inbox().find("chat", "m1")
+    event = open_inbox().find("chat", "m1")
     assert event is not None and event.status == "pending"
     assert event.error is not None and "bad\ufffdbyte" in event.error
 

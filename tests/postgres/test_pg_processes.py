@@ -28,12 +28,12 @@ from agentbox.backends.postgres.store import PostgresStore
 from agentbox.errors import Busy
 from agentbox.rules.outbox import CLAIM_GRACE
 from agentbox.store import open_store
-from contract.kit import say, states
-from proctools import alive, finish_proc, wait_for
-from runhelp import T0, records, started_pids
+from support.clock import T0, TTL
+from support.handler import records, started_pids
+from support.processes import alive, finish_proc, wait_for
+from support.store import outbox_states, say
 
 pytestmark = pytest.mark.slow
-TTL = 120  # the default lease_ttl
 SEND_TIMEOUT = 60
 Start = Callable[..., subprocess.Popen[str]]
 Inbox = Callable[..., PostgresStore]
@@ -98,7 +98,7 @@ def actions(store: PostgresStore, event_id: int) -> list[str]:
 
 
 def test_runs_started_together_on_many_hosts_share_one_lease(
-        cli: Any, start: Start, handler: list[str], tmp_path: Path, inbox: Inbox) -> None:
+        cli: Any, start: Start, handler: list[str], tmp_path: Path, open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     go, log = tmp_path / "go", tmp_path / "log.jsonl"
     procs = [start("run", "--", *handler, "--record", str(log), "--wait-for", str(go),
@@ -112,7 +112,7 @@ def test_runs_started_together_on_many_hosts_share_one_lease(
     assert sorted(code for code, _, _ in results) == [0, 75, 75, 75, 75], results
     assert all("held by another worker" in err for code, _, err in results if code == 75)
     assert len(records(log)) == 1
-    store = inbox()
+    store = open_inbox()
     event = store.find("chat", "m1")
     assert event is not None and (event.status, event.attempts) == ("done", 1)
     assert store.lease() is not None and store.lease().generation == 1  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ def test_runs_started_together_on_many_hosts_share_one_lease(
 
 def test_workers_on_many_hosts_handle_every_event_exactly_once(
         cli: Any, start: Start, agentbox_proc: Any, handler: list[str], tmp_path: Path,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     log = tmp_path / "log.jsonl"
     lines = [json.dumps({"source": "chat", "source_id": f"m{n}", "payload": {"n": n}})
              for n in range(40)]
@@ -133,7 +133,7 @@ def test_workers_on_many_hosts_handle_every_event_exactly_once(
     for worker in workers:
         code, _, err = finish_proc(worker, timeout=120)
         assert code in (0, 75), err
-    store = inbox()
+    store = open_inbox()
     for _ in range(20):  # a worker that found the lease taken left the rest to others
         if store.status().events["pending"] == 0:
             break
@@ -149,10 +149,10 @@ def test_workers_on_many_hosts_handle_every_event_exactly_once(
 
 def test_a_locked_inbox_holds_up_its_own_writers_only(
         cli: Any, start: Start, agentbox_proc: Any, handler: list[str],
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "a1").code == 0
     assert cli("-u", "bob", "ingest", "chat", "b1").code == 0
-    holder, observer = inbox(), inbox()
+    holder, observer = open_inbox(), open_inbox()
     with inbox_locked(holder):
         # Another inbox in the same tables does not wait at all...
         bob = agentbox_proc("-u", "bob", "run", "--", *handler)
@@ -167,13 +167,13 @@ def test_a_locked_inbox_holds_up_its_own_writers_only(
     code, out, err = finish_proc(alice)
     assert code == 0, err
     assert "2 event(s)" in out
-    assert inbox("bob").status().events["done"] == 1
+    assert open_inbox("bob").status().events["done"] == 1
 
 
-def test_a_lock_held_past_the_lock_timeout_is_busy(inbox: Inbox, pg_url: str) -> None:
+def test_a_lock_held_past_the_lock_timeout_is_busy(open_inbox: Inbox, pg_url: str) -> None:
     impatient = open_store(pg_url, "alice", busy_timeout=0.5)
     try:
-        with inbox_locked(inbox()):
+        with inbox_locked(open_inbox()):
             with pytest.raises(Busy) as waited:
                 impatient.acquire("W", T0, TTL)
             assert waited.value.exit_code == 75
@@ -185,8 +185,8 @@ def test_a_lock_held_past_the_lock_timeout_is_busy(inbox: Inbox, pg_url: str) ->
 
 
 def test_two_dispatchers_started_together_send_each_message_once(
-        inbox: Inbox, start: Start, sender: Sender) -> None:
-    say(inbox(), T0, "a", "b", "c")
+        open_inbox: Inbox, start: Start, sender: Sender) -> None:
+    say(open_inbox(), T0, "a", "b", "c")
     procs = [start("dispatch", "--timeout", f"{SEND_TIMEOUT}s", "--", *sender.argv,
                    env=sender.env(T0, wait=True)) for _ in range(2)]
     try:
@@ -200,12 +200,12 @@ def test_two_dispatchers_started_together_send_each_message_once(
         sender.release.touch()
     assert [finish_proc(p)[0] for p in procs if p is not loser] == [0]
     assert [c["body"] for c in sender.calls()] == ["a\n\nb\n\nc"]
-    assert states(inbox()) == ["sent", "sent", "sent"]
+    assert outbox_states(open_inbox()) == ["sent", "sent", "sent"]
 
 
 def test_a_killed_dispatcher_is_resent_once_under_the_same_key(
-        inbox: Inbox, start: Start, agentbox_proc: Any, sender: Sender) -> None:
-    say(inbox(), T0, "deploy finished")
+        open_inbox: Inbox, start: Start, agentbox_proc: Any, sender: Sender) -> None:
+    say(open_inbox(), T0, "deploy finished")
     proc = start("dispatch", "--timeout", f"{SEND_TIMEOUT}s", "--", *sender.argv,
                  env=sender.env(T0, wait=True))
     wait_for(lambda: len(sender.calls()) == 1, "the sender's marker")
@@ -214,7 +214,7 @@ def test_a_killed_dispatcher_is_resent_once_under_the_same_key(
     first = sender.calls()[0]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(first["pid"], signal.SIGKILL)
-    assert states(inbox()) == ["sending"]
+    assert outbox_states(open_inbox()) == ["sending"]
     deadline = T0 + SEND_TIMEOUT + CLAIM_GRACE
     early = agentbox_proc("dispatch", "--", *sender.argv, env=sender.env(deadline))
     assert early.returncode == 0 and len(sender.calls()) == 1, early.stderr
@@ -225,12 +225,12 @@ def test_a_killed_dispatcher_is_resent_once_under_the_same_key(
     calls = sender.calls()
     assert [(c["key"], c["attempt"], c["body"]) for c in calls] == [
         (first["key"], "1", "deploy finished"), (first["key"], "2", "deploy finished")]
-    assert states(inbox()) == ["sent"]
+    assert outbox_states(open_inbox()) == ["sent"]
 
 
 def test_a_killed_run_is_retried_by_another_host_once_the_lease_expires(
         cli: Any, start: Start, agentbox_proc: Any, handler: list[str], tmp_path: Path,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     started, log = tmp_path / "started", tmp_path / "log.jsonl"
     worker = start("run", "--", *handler, "--record", str(log), "--started", str(started),
@@ -239,7 +239,7 @@ def test_a_killed_run_is_retried_by_another_host_once_the_lease_expires(
     worker.send_signal(signal.SIGKILL)
     assert finish_proc(worker)[0] == -signal.SIGKILL
     wait_for(lambda: not alive(pids[0]), "the handler to die with its parent")
-    store = inbox()
+    store = open_inbox()
     event = store.find("chat", "m1")
     assert event is not None and (event.status, event.attempts) == ("running", 1)
     live = agentbox_proc("run", "--", *handler, env={"AGENTBOX_NOW": str(T0 + TTL // 2)})
@@ -258,7 +258,7 @@ def test_a_killed_run_is_retried_by_another_host_once_the_lease_expires(
 
 def test_a_stalled_run_is_fenced_out_after_another_host_takes_over(
         cli: Any, start: Start, agentbox_proc: Any, handler: list[str], tmp_path: Path,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     started, go = tmp_path / "started", tmp_path / "go"
     stalled = start("run", "--", *handler, "--started", str(started), "--wait-for", str(go),
@@ -276,7 +276,7 @@ def test_a_stalled_run_is_fenced_out_after_another_host_takes_over(
     assert code == 75
     assert "finish refused: this worker no longer holds the lease (generation 1)" in err
     assert "generation 1: finish refused by the lease fence" in out
-    store = inbox()
+    store = open_inbox()
     event = store.find("chat", "m1")
     assert event is not None and (event.status, event.attempts) == ("done", 2)
     assert actions(store, event.id).count("finished") == 1
@@ -297,7 +297,7 @@ STOPS_IN_A_TRANSACTION = textwrap.dedent("""
 
 def test_a_process_stopped_inside_a_transaction_does_not_hold_the_inbox_for_good(
         cli: Any, agentbox_proc: Any, handler: list[str], pg_url: str,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1").code == 0
     stopped = subprocess.Popen([sys.executable, "-c", STOPS_IN_A_TRANSACTION, pg_url],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -314,16 +314,16 @@ def test_a_process_stopped_inside_a_transaction_does_not_hold_the_inbox_for_good
         stopped.send_signal(signal.SIGCONT)
         stopped.kill()
         stopped.communicate(timeout=30)
-    event = inbox().find("chat", "m1")
+    event = open_inbox().find("chat", "m1")
     assert event is not None and event.status == "done"
 
 
 def test_hosts_opening_a_new_database_at_once_migrate_it_once(
-        agentbox_proc: Any, start: Start, pg_url: str, inbox: Inbox) -> None:
+        agentbox_proc: Any, start: Start, pg_url: str, open_inbox: Inbox) -> None:
     procs = [start("-u", f"user{n}", "ingest", "chat", "m1") for n in range(6)]
     results = [finish_proc(p) for p in procs]
     assert [code for code, _, _ in results] == [0] * 6, results
-    store = inbox()
+    store = open_inbox()
     assert store.conn.execute("SELECT version FROM migrations").fetchall() == [(1,)]
     assert store.conn.execute("SELECT COUNT(*) FROM inboxes").fetchone() == (6,)
     assert sorted(r[0] for r in store.conn.execute(

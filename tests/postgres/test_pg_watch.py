@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentbox.backends.postgres.store import PostgresStore
-from proctools import wait_for
+from support.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -48,12 +48,12 @@ def recorder(tmp_path: Path) -> tuple[list[str], Path]:
 
 def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_over(
         start_watcher: Any, recorder: tuple[list[str], Path], pg_url: str,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     argv, log = recorder
     env = {"AGENTBOX_DB": pg_url}
     first = start_watcher("run", "--watch", "--", *argv, "0", name="first", env=env)
     first.wait_said("watching")
-    store = inbox()
+    store = open_inbox()
     began = time.time()
     store.ingest("chat", "m1", "{}", int(began))
     wait_for(lambda: store.status().events["done"] == 1, "the watcher to finish the event")
@@ -70,13 +70,13 @@ def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_ove
 
 def test_pools_on_two_hosts_share_every_inbox_and_handle_each_event_once(
         cli: Any, start_watcher: Any, recorder: tuple[list[str], Path], pg_url: str,
-        inbox: Inbox) -> None:
+        open_inbox: Inbox) -> None:
     argv, log = recorder
     assert cli("config", "set", "--all-users", "max_batch", "2").code == 0
     users = [f"user{n}" for n in range(6)]
 
     def ingest(user: str) -> None:
-        inbox(user).ingest_many([("chat", f"m{n}", "{}") for n in range(5)], int(time.time()))
+        open_inbox(user).ingest_many([("chat", f"m{n}", "{}") for n in range(5)], int(time.time()))
 
     for user in users[:4]:
         ingest(user)
@@ -84,7 +84,7 @@ def test_pools_on_two_hosts_share_every_inbox_and_handle_each_event_once(
                            name=f"pool{n}", env={"AGENTBOX_DB": pg_url}) for n in range(2)]
     for user in users[4:]:  # inboxes made while the pools serve
         ingest(user)
-    wait_for(lambda: all(inbox(u).status().events["done"] == 5 for u in users),
+    wait_for(lambda: all(open_inbox(u).status().events["done"] == 5 for u in users),
              "every event of every inbox to be done", 120)
     assert [p.stop(signal.SIGTERM) for p in pools] == [0, 0]
     seen = Counter((b["user"], i) for b in batches(log) for i in b["ids"])

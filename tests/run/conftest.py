@@ -1,30 +1,12 @@
-"""Fixtures for runs: background `agentbox run` processes and the inbox file opened
-for inspection (the handler program is tests/runhelp.py's, its fixture the root's)."""
+"""Fixtures for runs: background `agentbox run` processes (the handler program is
+support/handler.py's, its fixture and ``open_inbox`` every folder's)."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-
-from agentbox.backends.sqlite.store import SqliteStore
-
-
-@pytest.fixture
-def inbox(home: Path) -> Iterator[Callable[[], SqliteStore]]:
-    """Open alice's inbox file for inspection (a fresh connection each call)."""
-    opened: list[SqliteStore] = []
-
-    def open_store() -> SqliteStore:
-        store = SqliteStore(home / "inboxes" / "alice.sqlite3")
-        opened.append(store)
-        return store
-
-    yield open_store
-    for store in opened:
-        store.close()
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ import pytest
 from agentbox.backends.sqlite import approvals, timers
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.answer import ApprovalRequest, FollowUp, Message, TimerSpec, parse
-
-T0 = 1_000_000
+from support.clock import T0
 
 
 def test_a_full_answer():

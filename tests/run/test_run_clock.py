@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
-from runhelp import T0
-
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 
 def test_a_clock_stepped_back_does_not_refuse_the_next_run(cli: Cli, handler: list[str]) -> None:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.jsonutil import MAX_DEPTH
-
-T0 = 1_000_000
-Proc = Callable[..., subprocess.CompletedProcess[str]]
+from support.clock import T0
+from support.fixtures import Proc
 
 
 def _nested(levels: int) -> str:
@@ -19,12 +17,12 @@ def _nested(levels: int) -> str:
 
 
 def test_a_deep_stored_payload_reaches_the_handler_as_text(
-        home: Path, inbox: Callable[[], SqliteStore], agentbox_proc: Proc,
+        home: Path, open_inbox: Callable[[], SqliteStore], agentbox_proc: Proc,
         tmp_path: Path) -> None:
     deep = _nested(980)  # what ingest stored before the bound: 980 levels parse, barely
     agentbox_proc("ingest", "chat", "ok", "--payload", '{"text":"hi"}',
                   env={"AGENTBOX_NOW": str(T0)})
-    inbox().ingest("legacy", "deep", deep, T0)  # the store takes canonical text as given
+    open_inbox().ingest("legacy", "deep", deep, T0)  # the store takes canonical text as given
     seen = tmp_path / "batch.json"
     ran = agentbox_proc("run", "--", "sh", "-c", f"cat > {seen}",
                         env={"AGENTBOX_NOW": str(T0)})
@@ -32,11 +30,11 @@ def test_a_deep_stored_payload_reaches_the_handler_as_text(
     batch = json.loads(seen.read_text())
     payloads = {e["source_id"]: e["payload"] for e in batch["events"]}
     assert payloads == {"ok": {"text": "hi"}, "deep": deep}
-    store = inbox()
+    store = open_inbox()
     assert [store.event(i).status for i in (1, 2)] == ["done", "done"]  # type: ignore[union-attr]
 
     # the same payload, dead: every listing of it still answers
-    inbox().ingest("legacy", "deep-2", deep, T0)
+    open_inbox().ingest("legacy", "deep-2", deep, T0)
     env = {"AGENTBOX_NOW": str(T0)}
     assert agentbox_proc("config", "set", "max_attempts", "1").returncode == 0
     assert agentbox_proc("run", "--", "sh", "-c", "exit 1", env=env).returncode == 1

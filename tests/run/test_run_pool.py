@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
-from proctools import wait_for
+from support.processes import wait_for
 
 pytestmark = pytest.mark.slow
 QUICK = 5.0
@@ -36,23 +36,23 @@ def batches(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def inbox(home: Path, user: str) -> SqliteStore:
+def user_store(home: Path, user: str) -> SqliteStore:
     return SqliteStore(home / "inboxes" / f"{user}.sqlite3")
 
 
 def ingest(home: Path, user: str, count: int, prefix: str = "m") -> None:
-    with inbox(home, user) as store:
+    with user_store(home, user) as store:
         store.ingest_many([("chat", f"{prefix}{n}", "{}") for n in range(count)],
                           int(time.time()))
 
 
 def done(home: Path, user: str) -> int:
-    with inbox(home, user) as store:
+    with user_store(home, user) as store:
         return store.status().events["done"]
 
 
 @pytest.fixture
-def handler(tmp_path: Path) -> tuple[list[str], Path]:
+def pool_handler(tmp_path: Path) -> tuple[list[str], Path]:
     script = tmp_path / "pool_handler.py"
     script.write_text(HANDLER)
     log = tmp_path / "batches.jsonl"
@@ -60,8 +60,8 @@ def handler(tmp_path: Path) -> tuple[list[str], Path]:
 
 
 def test_two_processes_share_the_inboxes_and_handle_each_event_once(
-        cli, home, start_watcher, handler) -> None:
-    argv, log = handler
+        cli, home, start_watcher, pool_handler) -> None:
+    argv, log = pool_handler
     assert cli("config", "set", "--all-users", "max_batch", "2").code == 0
     users = [f"user{n}" for n in range(6)]
     for user in users[:4]:
@@ -84,8 +84,8 @@ def test_two_processes_share_the_inboxes_and_handle_each_event_once(
 
 
 def test_a_flooded_inbox_does_not_starve_a_quiet_one(cli, home, start_watcher,
-                                                      handler) -> None:
-    argv, log = handler
+                                                      pool_handler) -> None:
+    argv, log = pool_handler
     assert cli("config", "set", "--all-users", "max_batch", "1").code == 0
     ingest(home, "flood", 500)
     ingest(home, "quiet", 1, "warm-up")  # so the quiet inbox exists from the start
@@ -104,14 +104,14 @@ def test_a_flooded_inbox_does_not_starve_a_quiet_one(cli, home, start_watcher,
               if b["user"] == "flood" and ingested_at <= b["at"] < urgent["at"]]
     assert len(waited) <= 3, waited
     assert pool.stop(signal.SIGTERM) == 0
-    with inbox(home, "flood") as store:
+    with user_store(home, "flood") as store:
         counts = store.status().events
     assert counts["running"] == 0 and counts["dead"] == 0  # a stopped batch went back
 
 
 def test_an_inbox_without_a_handler_is_set_aside_with_one_notice(
-        cli, home, start_watcher, handler) -> None:
-    argv, _ = handler
+        cli, home, start_watcher, pool_handler) -> None:
+    argv, _ = pool_handler
     assert cli("config", "set", "--all-users", "handler", " ".join([*argv, "0"])).code == 0
     # bob's own handler cannot be started: his inbox waits, alice's is served.
     config = home / "config.toml"

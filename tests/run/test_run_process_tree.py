@@ -14,15 +14,23 @@ import time
 
 import pytest
 
-from engine.enginekit import state
-from proctools import alive, children, finish_proc, gone_within, kill_all, tree_argv, tree_pids
-from runhelp import T0
+from support.clock import T0
+from support.processes import (
+    alive,
+    children,
+    finish_proc,
+    gone_within,
+    kill_all,
+    tree_argv,
+    tree_pids,
+)
+from support.store import event_state
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN = 1.0  # seconds after agentbox dies
 
 
-def test_sigkill_of_agentbox_takes_the_whole_tree_with_it(cli, start_run, tmp_path, inbox):
+def test_sigkill_of_agentbox_takes_the_whole_tree_with_it(cli, start_run, tmp_path, open_inbox):
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     argv, pidfile = tree_argv(tmp_path)
     worker = start_run("--", *argv, now=T0)
@@ -36,11 +44,11 @@ def test_sigkill_of_agentbox_takes_the_whole_tree_with_it(cli, start_run, tmp_pa
         kill_all(pids)
     print(f"tree of {len(pids)} gone {took * 1000:.0f} ms after SIGKILL of agentbox run")
     assert finish_proc(worker)[0] == -signal.SIGKILL
-    assert state(inbox(), "m1") == ("running", 1)  # for the next worker, after the lease
+    assert event_state(open_inbox(), "m1") == ("running", 1)  # for the next worker, after the lease
 
 
 @pytest.mark.parametrize("stubborn", [False, True], ids=["plain", "ignores-SIGTERM"])
-def test_a_timeout_stops_the_whole_tree(cli, tmp_path, inbox, stubborn):
+def test_a_timeout_stops_the_whole_tree(cli, tmp_path, open_inbox, stubborn):
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     argv, pidfile = tree_argv(tmp_path, stubborn)
     began = time.monotonic()
@@ -54,17 +62,17 @@ def test_a_timeout_stops_the_whole_tree(cli, tmp_path, inbox, stubborn):
           f"{time.monotonic() - began:.1f}s, tree gone {took * 1000:.0f} ms after")
     assert result.code == 1
     assert "handler timed out after 3s" in result.err
-    assert state(inbox(), "m1") == ("pending", 1)
+    assert event_state(open_inbox(), "m1") == ("pending", 1)
 
 
-def test_a_lost_lease_stops_the_whole_tree(cli, start_run, tmp_path, inbox):
+def test_a_lost_lease_stops_the_whole_tree(cli, start_run, tmp_path, open_inbox):
     assert cli("config", "set", "lease_ttl", "3").code == 0
     assert cli("ingest", "chat", "m1").code == 0
     argv, pidfile = tree_argv(tmp_path)
     worker = start_run("--", *argv)
     pids = tree_pids(pidfile)
     try:
-        store = inbox()
+        store = open_inbox()
         store.conn.execute("UPDATE lease SET holder = 'thief', generation = generation + 1")
         code, _out, err = finish_proc(worker)
         took = gone_within(pids, GONE_WITHIN)

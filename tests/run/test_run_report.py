@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
-from runhelp import T0
-
-Cli = Callable[..., Any]
+from support.clock import T0
+from support.fixtures import Cli
 
 
 def test_each_failure_says_retry_or_dead(cli: Cli, handler: list[str]) -> None:

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from engine.enginekit import state
-from proctools import finish_proc, read_line
-from runhelp import T0
+from support.clock import T0
+from support.processes import finish_proc, read_line
+from support.store import event_state
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def test_control_characters_are_escaped_on_a_terminal(cli, home):
                          b"handler: no newline at the end"]
 
 
-def test_flooding_stdout_and_stderr_at_once_cannot_wedge_the_run(cli, inbox):
+def test_flooding_stdout_and_stderr_at_once_cannot_wedge_the_run(cli, open_inbox):
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     lines = 20_000
     flood = ("import json, sys\n"
@@ -112,5 +112,5 @@ def test_flooding_stdout_and_stderr_at_once_cannot_wedge_the_run(cli, inbox):
     # every line whole and in order, nothing cut or interleaved mid-line
     assert result.err.splitlines() == [f"handler: line {n} " + "e" * 300
                                        for n in range(lines)]
-    assert state(inbox(), "m1") == ("done", 1)
-    assert [m.body for m in inbox().outbox(("held",))] == ["flooded"]
+    assert event_state(open_inbox(), "m1") == ("done", 1)
+    assert [m.body for m in open_inbox().outbox(("held",))] == ["flooded"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from runhelp import T0
+from support.clock import T0
 
 DAY, HOUR = 86400, 3600
 
@@ -30,7 +30,7 @@ def listed(cli, *flags: str, now: int = T0) -> dict[str, dict]:
     return {t["name"]: t for t in json.loads(result.out)}
 
 
-def test_case_6_second_pass_replay_and_outage(cli, inbox):
+def test_case_6_second_pass_replay_and_outage(cli, open_inbox):
     digest = ("schedule", "add", "digest", "--every", "1d", "--payload",
               '{"task": "daily digest"}')
     assert cli(*digest, now=T0).out.startswith("added timer digest")
@@ -40,7 +40,7 @@ def test_case_6_second_pass_replay_and_outage(cli, inbox):
     replaced = cli(*digest, "--replace", now=T0)
     assert replaced.code == 0 and replaced.out.startswith("replaced timer digest")
     assert tick(cli, T0) == 1
-    store = inbox()
+    store = open_inbox()
     assert len(timer_events(store, "digest")) == 1
 
     later = T0 + DAY + 3 * DAY + 600  # the next due time, plus a three-day outage
@@ -67,7 +67,7 @@ def request(cli, request_id: str, now: int, action: str | None = None) -> None:
     assert result.code == 0, result.err
 
 
-def test_case_7_approvals_with_a_four_hour_window(cli, inbox):
+def test_case_7_approvals_with_a_four_hour_window(cli, open_inbox):
     start = T0 + 5 * DAY
     request(cli, "refund-881", start)
     assert tick(cli, start + 5 * HOUR) == 1
@@ -80,7 +80,7 @@ def test_case_7_approvals_with_a_four_hour_window(cli, inbox):
     assert answer(cli, "refund-883", "yes", start + HOUR) == (0, "yes")
     assert answer(cli, "refund-883", "no", start + 2 * HOUR) == (3, "yes")
     assert tick(cli, start + 5 * HOUR) == 2  # the expiry timers of 882 and 883 fire
-    store = inbox()
+    store = open_inbox()
     event = store.find("approval", "refund-883")
     assert json.loads(event.payload)["answer"] == "yes"
     assert answer(cli, "refund-883", "yes", start + 6 * HOUR) == (0, "yes")
@@ -146,7 +146,7 @@ def test_re_adding_a_timer(cli):
     assert listed(cli)["digest"]["every"] == 12 * HOUR
 
 
-def test_first_due_times_and_one_off_timers(cli, inbox):
+def test_first_due_times_and_one_off_timers(cli, open_inbox):
     assert cli("schedule", "add", "now-ish", "--every", "1h", now=T0).code == 0
     assert cli("schedule", "add", "later", "--every", "1h", "--start", "+30m", now=T0).code == 0
     assert cli("schedule", "add", "once", "--at", str(T0 + 60), "--payload", '{"a": 1}',
@@ -158,11 +158,11 @@ def test_first_due_times_and_one_off_timers(cli, inbox):
     assert tick(cli, T0 + 59) == 1  # now-ish at T0
     assert tick(cli, T0 + 2000) == 2  # once, later
     assert "once" not in listed(cli) and listed(cli, "--all")["once"]["done"] is True
-    [once] = timer_events(inbox(), "once")
+    [once] = timer_events(open_inbox(), "once")
     assert (once["a"], once["late_by"], once["skipped"]) == (1, 1940, 0)
 
 
-def test_catch_up_each_is_bounded(cli, inbox):
+def test_catch_up_each_is_bounded(cli, open_inbox):
     assert cli("config", "set", "catch_up_limit", "3").code == 0
     assert cli("schedule", "add", "billing", "--every", "1h", "--catch-up", "each",
                now=T0).code == 0
@@ -171,7 +171,7 @@ def test_catch_up_each_is_bounded(cli, inbox):
     assert tick(cli, T0) == 2
     assert tick(cli, T0 + 2 * HOUR + 5) == 2  # small: two missed, within the bound
     assert tick(cli, T0 + 7 * HOUR + 5) == 2  # billing: five missed, over the bound
-    store = inbox()
+    store = open_inbox()
     small = timer_events(store, "small")
     assert [(e["scheduled_for"] - T0, e["skipped"]) for e in small][1:3] == [
         (HOUR, 0), (2 * HOUR, 0)]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.enginekit import actions, state
-from proctools import alive, wait_for
-from runhelp import records, started_pids
-from watchtools import Watcher
+from support.handler import records, started_pids
+from support.processes import alive, wait_for
+from support.store import actions, event_state
+from support.watching import Watcher
 
 pytestmark = pytest.mark.slow
 QUICK = 5.0  # seconds: "as soon as events are available", on a busy two-core machine
@@ -47,11 +47,11 @@ def watching(store_open: Callable[[], object], watcher: Watcher) -> None:
 
 
 def test_an_ingest_reaches_the_watching_handler_at_once(
-        cli, start_watcher, handler, tmp_path, inbox) -> None:
+        cli, start_watcher, handler, tmp_path, open_inbox) -> None:
     log = tmp_path / "log.jsonl"
     watcher = start_watcher("run", "--watch", "--", *handler, "--record", str(log))
-    watching(inbox, watcher)
-    store = inbox()
+    watching(open_inbox, watcher)
+    store = open_inbox()
     for n in range(3):
         began = time.monotonic()
         assert cli("ingest", "chat", f"m{n}").code == 0
@@ -70,18 +70,18 @@ def test_an_ingest_reaches_the_watching_handler_at_once(
 
 
 def test_a_timer_falling_due_starts_a_run(cli, start_watcher, handler, tmp_path,
-                                          inbox) -> None:
+                                          open_inbox) -> None:
     log = tmp_path / "log.jsonl"
     watcher = start_watcher("run", "--watch", "--json", "--", *handler, "--record", str(log))
-    watching(inbox, watcher)
+    watching(open_inbox, watcher)
     assert cli("schedule", "add", "reminder", "--at", "+3s").code == 0
-    due = inbox().timers()[0].due
+    due = open_inbox().timers()[0].due
     wait_for(lambda: records(log), "the timer's run", 3 + QUICK)
     [run] = records(log)
     [event] = run["batch"]["events"]  # type: ignore[index]
     assert event["source"] == "timer" and event["payload"]["scheduled_for"] == due
     assert 0 <= event["payload"]["late_by"] <= QUICK  # it slept until due, then ran
-    done(inbox(), 1)
+    done(open_inbox(), 1)
     assert watcher.stop(signal.SIGINT) == 0
     [line] = watcher.printed().splitlines()  # --json: one object per line, per run
     assert json.loads(line) == {
@@ -91,7 +91,7 @@ def test_a_timer_falling_due_starts_a_run(cli, start_watcher, handler, tmp_path,
 
 
 def test_sigterm_mid_handler_gives_the_event_back_and_stops_its_whole_tree(
-        cli, start_watcher, handler, tmp_path, inbox) -> None:
+        cli, start_watcher, handler, tmp_path, open_inbox) -> None:
     assert cli("config", "set", "max_attempts", "1").code == 0  # its last attempt, even
     started = tmp_path / "started"
     watcher = start_watcher("run", "--watch", "--", *handler, "--started", str(started),
@@ -100,8 +100,8 @@ def test_sigterm_mid_handler_gives_the_event_back_and_stops_its_whole_tree(
     pids = started_pids(started)
     assert watcher.stop(signal.SIGTERM) == 0
     wait_for(lambda: not any(alive(p) for p in pids), "the handler's tree to stop", 30)
-    store = inbox()
-    assert state(store, "m1") == ("pending", 0)  # the attempt given back: never dead
+    store = open_inbox()
+    assert event_state(store, "m1") == ("pending", 0)  # the attempt given back: never dead
     assert actions(store, 1) == ["stored", "claimed", "interrupted"]
     assert "run interrupted by SIGTERM; the handler was stopped; 1 event(s) (1) back to " \
            "pending, the attempt given back" in watcher.printed()
@@ -111,16 +111,16 @@ def test_sigterm_mid_handler_gives_the_event_back_and_stops_its_whole_tree(
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
 def test_the_standby_takes_over_and_nothing_is_done_twice(
-        cli, start_watcher, handler, tmp_path, inbox, how) -> None:
+        cli, start_watcher, handler, tmp_path, open_inbox, how) -> None:
     ttl = 3
     assert cli("config", "set", "lease_ttl", str(ttl)).code == 0
     log = tmp_path / "log.jsonl"
     argv = ["run", "--watch", "--", *handler, "--record", str(log)]
     first = start_watcher(*argv, name="first")
-    watching(inbox, first)
+    watching(open_inbox, first)
     second = start_watcher(*argv, name="second")
     second.wait_said("standing by")
-    store = inbox()
+    store = open_inbox()
     assert cli("ingest", "chat", "m1").code == 0
     done(store, 1, QUICK)
     assert handled(log) == [1]
@@ -149,16 +149,16 @@ def test_the_standby_takes_over_and_nothing_is_done_twice(
         assert first.stop() == 0
         assert first.printed().count("done") == 1
     assert second.stop() == 0
-    assert [state(store, f"m{n}") for n in (1, 2, 3)] == [("done", 1)] * 3
+    assert [event_state(store, f"m{n}") for n in (1, 2, 3)] == [("done", 1)] * 3
 
 
 def test_a_handler_that_cannot_start_is_refused_before_watching(
-        cli, agentbox_proc, inbox) -> None:
+        cli, agentbox_proc, open_inbox) -> None:
     assert cli("ingest", "chat", "m1").code == 0
     done = agentbox_proc("run", "--watch", "--", "/nonexistent/agent")
     assert done.returncode == 1
     assert done.stderr == "agentbox: error: handler '/nonexistent/agent' not found\n"
-    assert state(inbox(), "m1") == ("pending", 0)
+    assert event_state(open_inbox(), "m1") == ("pending", 0)
 
 
 @pytest.mark.parametrize(("argv", "says"), [

@@ -1,96 +1,13 @@
-"""A real `agentbox serve` process on a free loopback port, and a real HTTP client for it."""
+"""Serve fixtures: servers started for the test (and stopped after it), its config file."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import re
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from proctools import proc_env, wait_for
-
-T0 = 1_700_000_000
-_SERVING = re.compile(r"on http://127\.0\.0\.1:(\d+)/")
-
-
-@dataclass
-class Answer:
-    status: int
-    doc: Any
-    headers: dict[str, str]
-
-
-@dataclass
-class Served:
-    """One server process: its port, its stderr lines so far, and ways to talk to it."""
-
-    proc: subprocess.Popen[str]
-    port: int = 0
-    lines: list[str] = field(default_factory=list)
-
-    def connect(self, timeout: float = 30) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def post(self, source: str, body: str | bytes, key: str | None = "d-1",
-             headers: Mapping[str, str] | None = None,
-             conn: http.client.HTTPConnection | None = None) -> Answer:
-        sent = dict(headers or {})
-        if key is not None:
-            sent.setdefault("Idempotency-Key", key)
-        return self.request("POST", f"/hooks/{source}", body, sent, conn)
-
-    def request(self, method: str, path: str, body: str | bytes | None = None,
-                headers: Mapping[str, str] | None = None,
-                conn: http.client.HTTPConnection | None = None) -> Answer:
-        own = conn is None
-        client = conn or self.connect()
-        try:
-            client.request(method, path, body=body, headers=dict(headers or {}))
-            response = client.getresponse()
-            raw = response.read()
-            return Answer(response.status, json.loads(raw) if raw else None,
-                          {k.lower(): v for k, v in response.getheaders()})
-        finally:
-            if own:
-                client.close()
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(timeout=timeout)
-
-
-def start_server(home: Path, *args: str, env: Mapping[str, str] | None = None,
-                 port: int = 0) -> Served:
-    """Start `python -m agentbox serve` (on a free port by default); wait until it listens."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentbox", "serve", "--listen", f"127.0.0.1:{port}", *args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**proc_env(home, AGENTBOX_NOW=str(T0)), **(env or {})})
-    served = Served(proc)
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            served.lines.append(line.rstrip("\n"))
-            found = _SERVING.search(line)
-            if found and not served.port:
-                served.port = int(found.group(1))
-
-    threading.Thread(target=drain, daemon=True).start()
-    wait_for(lambda: served.port or proc.poll() is not None, "the server to listen")
-    if not served.port:
-        proc.wait(timeout=10)
-        pytest.fail(f"serve exited {proc.returncode}: {served.lines}")
-    return served
+from support.serving import Served, start_server
 
 
 @pytest.fixture
@@ -120,8 +37,3 @@ def config(home: Path) -> Callable[[str], None]:
 
     return write
 
-
-@pytest.fixture
-def inbox(home: Path) -> Path:
-    """Where alice's inbox lives under the test's AGENTBOX_HOME."""
-    return home / "inboxes" / "alice.sqlite3"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentbox.jsonutil import MAX_DEPTH
-
-from .conftest import T0, Served
+from support.clock import T0_2023
+from support.serving import Served
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,8 @@ GITHUB_SECRET = "It's a Secret to Everybody"
 GITHUB_VECTOR = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
 
 
-def events(inbox: Path) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(inbox)
+def events(inbox_path: Path) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(inbox_path)
     try:
         return conn.execute("SELECT id, source, source_id, payload FROM events "
                             "ORDER BY id").fetchall()
@@ -52,7 +52,7 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def test_stored_duplicate_conflict(serve: Serve, inbox: Path) -> None:
+def test_stored_duplicate_conflict(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     first = served.post("github", '{"b": 2, "a": 1}', key="d-1")
     assert (first.status, first.doc) == (200, {"outcome": "stored", "id": 1,
@@ -63,10 +63,10 @@ def test_stored_duplicate_conflict(serve: Serve, inbox: Path) -> None:
     assert changed.status == 409
     assert changed.doc["outcome"] == "conflict" and changed.doc["id"] == 1
     assert "github/d-1 is event 1" in changed.doc["error"]
-    assert events(inbox) == [(1, "github", "d-1", '{"a":1,"b":2}')]
+    assert events(inbox_path) == [(1, "github", "d-1", '{"a":1,"b":2}')]
 
 
-def test_bad_bodies_and_missing_ids_are_400(serve: Serve, inbox: Path) -> None:
+def test_bad_bodies_and_missing_ids_are_400(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     deep = '{"a":' * MAX_DEPTH + "{}" + "}" * MAX_DEPTH
     for body, needle in (("{not json", "not valid JSON"), ("[1, 2]", "must be a JSON object"),
@@ -80,11 +80,11 @@ def test_bad_bodies_and_missing_ids_are_400(serve: Serve, inbox: Path) -> None:
     assert missing.status == 400 and "Idempotency-Key" in missing.doc["error"]
     empty = served.post("chat", "{}", key="")
     assert empty.status == 400
-    assert not inbox.exists() or events(inbox) == []
+    assert not inbox_path.exists() or events(inbox_path) == []
 
 
 def test_id_header_is_the_sources_own(serve: Serve, config: Callable[[str], None],
-                                      inbox: Path) -> None:
+                                      inbox_path: Path) -> None:
     config('[sources.github]\nid_header = "X-GitHub-Delivery"\n')
     served = serve()
     assert served.post("github", "{}", key="ignored").status == 400
@@ -94,10 +94,10 @@ def test_id_header_is_the_sources_own(serve: Serve, config: Callable[[str], None
     answer = served.post("other", "{}", key=None,
                          headers={"Idempotency-Key": "é-1".encode().decode("latin-1")})
     assert answer.status == 200 and answer.doc["source_id"] == "é-1"
-    assert [row[1:3] for row in events(inbox)] == [("github", "g-1"), ("other", "é-1")]
+    assert [row[1:3] for row in events(inbox_path)] == [("github", "g-1"), ("other", "é-1")]
 
 
-def test_reserved_sources_unknown_routes_and_methods(serve: Serve, inbox: Path) -> None:
+def test_reserved_sources_unknown_routes_and_methods(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     for source in ("timer", "approval"):
         answer = served.post(source, "{}")
@@ -111,7 +111,7 @@ def test_reserved_sources_unknown_routes_and_methods(serve: Serve, inbox: Path) 
     wrong = served.request("POST", "/healthz", "{}")
     assert wrong.status == 405 and wrong.headers["allow"] == "GET, HEAD"
     assert served.request("DELETE", "/hooks/github").status == 405
-    assert not inbox.exists() or events(inbox) == []
+    assert not inbox_path.exists() or events(inbox_path) == []
 
 
 def test_healthz(serve: Serve) -> None:
@@ -122,17 +122,17 @@ def test_healthz(serve: Serve) -> None:
     assert head.status == 200 and head.doc is None
 
 
-def test_a_source_in_the_path_is_percent_decoded(serve: Serve, inbox: Path) -> None:
+def test_a_source_in_the_path_is_percent_decoded(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     assert served.post("my%20hooks", "{}").status == 200
     assert served.post("%ff", "{}").status == 400
-    assert [row[1] for row in events(inbox)] == ["my hooks"]
+    assert [row[1] for row in events(inbox_path)] == ["my hooks"]
 
 
 # --- size ----------------------------------------------------------------------------
 
 def test_a_declared_length_over_the_bound_is_refused_before_the_body(
-        serve: Serve, config: Callable[[str], None], inbox: Path) -> None:
+        serve: Serve, config: Callable[[str], None], inbox_path: Path) -> None:
     config("max_payload = 1000\n")
     served = serve()
     assert served.post("chat", json.dumps({"pad": "x" * 900})).status == 200
@@ -145,11 +145,11 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body(
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert b"Connection: close" in answer
     assert time.monotonic() - started < 10
-    assert len(events(inbox)) == 1
+    assert len(events(inbox_path)) == 1
 
 
 def test_a_chunked_body_is_refused_once_past_the_bound(
-        serve: Serve, config: Callable[[str], None], inbox: Path) -> None:
+        serve: Serve, config: Callable[[str], None], inbox_path: Path) -> None:
     config("max_payload = 1000\n")
     served = serve()
 
@@ -166,7 +166,7 @@ def test_a_chunked_body_is_refused_once_past_the_bound(
         sock.sendall(chunked(b'{"pad": "', b"x" * 600, b"x" * 600, key="big"))
         answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 413 "), answer
-    assert [row[2] for row in events(inbox)] == ["small"]
+    assert [row[2] for row in events(inbox_path)] == ["small"]
 
 
 # --- signatures ------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def github_signature(body: bytes, secret: str = GITHUB_SECRET) -> str:
 
 
 def test_github_signature_published_vector(serve: Serve, config: Callable[[str], None],
-                                           inbox: Path) -> None:
+                                           inbox_path: Path) -> None:
     config(GITHUB_CONFIG)
     served = serve(env={"GITHUB_SECRET": GITHUB_SECRET})
 
@@ -203,14 +203,14 @@ def test_github_signature_published_vector(serve: Serve, config: Callable[[str],
     missing = deliver(body, None, "g-1")
     assert missing.status == 401 and "X-Hub-Signature-256" in missing.doc["error"]
     assert deliver(body, github_signature(body, "wrong"), "g-1").status == 401
-    stripe_form = f"t={T0},v1={github_signature(body).removeprefix('sha256=')}"
+    stripe_form = f"t={T0_2023},v1={github_signature(body).removeprefix('sha256=')}"
     assert deliver(body, stripe_form, "g-1").status == 401  # not GitHub's form: refused
     assert deliver(body, github_signature(body), "g-1").status == 200
-    assert [row[2] for row in events(inbox)] == ["g-1"]
+    assert [row[2] for row in events(inbox_path)] == ["g-1"]
 
 
 def test_stripe_signature_and_its_tolerance(serve: Serve, config: Callable[[str], None],
-                                            inbox: Path) -> None:
+                                            inbox_path: Path) -> None:
     config('[sources.stripe]\nsecret_env = "STRIPE_SECRET"\nsignature = "stripe"\n')
     secret = "whsec_test"
     served = serve(env={"STRIPE_SECRET": secret})
@@ -224,12 +224,12 @@ def test_stripe_signature_and_its_tolerance(serve: Serve, config: Callable[[str]
         return served.post("stripe", body, key="evt_1",
                            headers={"Stripe-Signature": signature})
 
-    assert deliver(header(T0 - 3600)).status == 401  # the server's clock is pinned at T0
-    assert deliver(header(T0, "other")).status == 401
+    assert deliver(header(T0_2023 - 3600)).status == 401  # the server's clock is pinned at T0
+    assert deliver(header(T0_2023, "other")).status == 401
     assert deliver("sha256=" + "0" * 64).status == 401
-    ok = deliver(header(T0 - 60))
+    ok = deliver(header(T0_2023 - 60))
     assert ok.status == 200 and ok.doc["outcome"] == "stored"
-    assert [row[2] for row in events(inbox)] == ["evt_1"]
+    assert [row[2] for row in events(inbox_path)] == ["evt_1"]
 
 
 def test_plain_hmac_in_a_header_of_the_senders_choice(
@@ -251,10 +251,10 @@ def test_plain_hmac_in_a_header_of_the_senders_choice(
 
 # --- the database --------------------------------------------------------------------
 
-def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox: Path) -> None:
+def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox_path: Path) -> None:
     served = serve("--busy-timeout", "1s")
     assert served.post("chat", "{}", key="before").status == 200
-    blocker = sqlite3.connect(inbox, isolation_level=None, timeout=0)
+    blocker = sqlite3.connect(inbox_path, isolation_level=None, timeout=0)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         started = time.monotonic()
@@ -266,12 +266,12 @@ def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox:
         blocker.execute("ROLLBACK")
         blocker.close()
     assert served.post("chat", "{}", key="during").status == 200
-    assert [row[2] for row in events(inbox)] == ["before", "during"]
+    assert [row[2] for row in events(inbox_path)] == ["before", "during"]
 
 
 # --- connections -------------------------------------------------------------------
 
-def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, inbox: Path) -> None:
+def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     conn = served.connect()
     try:
@@ -282,10 +282,10 @@ def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, inbox:
             assert conn.sock is sock, "the connection was not kept"
     finally:
         conn.close()
-    assert len(events(inbox)) == 20
+    assert len(events(inbox_path)) == 20
 
 
-def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox: Path) -> None:
+def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox_path: Path) -> None:
     served = serve()
     one = (b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %d\r\n"
            b"Content-Length: 2\r\n\r\n{}")
@@ -293,10 +293,10 @@ def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox: Path) -> 
     answer = raw_exchange(served, one % 1 + one % 2 + one % 1 + last)
     assert answer.count(b"HTTP/1.1 200 OK") == 4, answer
     assert answer.index(b'"stored"') < answer.index(b'"duplicate"')
-    assert [row[2] for row in events(inbox)] == ["1", "2"]
+    assert [row[2] for row in events(inbox_path)] == ["1", "2"]
 
 
-def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, inbox: Path) -> None:
+def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, inbox_path: Path) -> None:
     # One worker thread only: if the trickling client held it, every other request would
     # wait until the trickle is cut off, seconds later.
     served = serve("--threads", "1", "--request-timeout", "4s")
@@ -321,11 +321,11 @@ def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, inbox:
     finally:
         trickle.close()
     assert 3.5 <= cut_off < 15, cut_off
-    assert all(row[2].startswith("fast-") for row in events(inbox))
-    assert len(events(inbox)) >= 3
+    assert all(row[2].startswith("fast-") for row in events(inbox_path))
+    assert len(events(inbox_path)) >= 3
 
 
-def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox: Path) -> None:
+def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox_path: Path) -> None:
     served = serve("--threads", "1", "--request-timeout", "1s")
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: s\r\n"
@@ -333,7 +333,7 @@ def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox: Path) -> None:
         answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert served.post("chat", "{}", key="after").status == 200
-    assert [row[2] for row in events(inbox)] == ["after"]
+    assert [row[2] for row in events(inbox_path)] == ["after"]
 
 
 def test_malformed_requests_get_an_answer_not_a_hang(serve: Serve) -> None:
@@ -383,7 +383,7 @@ def test_an_address_in_use_is_one_line_and_exit_1(serve: Serve,
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_stopping_finishes_the_request_under_way_then_exits_0(
-        serve: Serve, inbox: Path, signal_name: str) -> None:
+        serve: Serve, inbox_path: Path, signal_name: str) -> None:
     import signal
 
     served = serve()
@@ -413,5 +413,5 @@ def test_stopping_finishes_the_request_under_way_then_exits_0(
     assert b"Connection: close" in answer
     assert served.proc.wait(timeout=30) == 0
     idle.close()
-    assert [row[2] for row in events(inbox)] == ["inflight"]
+    assert [row[2] for row in events(inbox_path)] == ["inflight"]
     assert served.lines[-1] == "agentbox: stopped"

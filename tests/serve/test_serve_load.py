@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Served, start_server
+from support.serving import Served, start_server
 
 pytestmark = pytest.mark.slow
 

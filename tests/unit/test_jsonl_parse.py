@@ -9,8 +9,7 @@ import pytest
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonl import ENVELOPE_SLACK, Report, ingest_stream, parse_line
-
-T0 = 1_000_000
+from support.clock import T0
 
 
 def test_parse_line_canonicalises_the_payload() -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 SKIPPED = "PostgreSQL tests skipped"  # every skip reason starts so
-SKIPPED_AT = "tests/pgtools.py"  # where the summary shows them, folded into one line
+SKIPPED_AT = "tests/support/postgres.py"  # where the summary shows them, folded into one line
 
 
 @functools.cache

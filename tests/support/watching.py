@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from proctools import wait_for
+from support.processes import wait_for
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Watcher:
         self.proc.wait(timeout=60)
 
 
-def start(folder: Path, name: str, argv: list[str], env: dict[str, str]) -> Watcher:
+def launch(folder: Path, name: str, argv: list[str], env: dict[str, str]) -> Watcher:
     """`python -m agentbox ARGV` in the background, its output in ``folder/name.out|err``."""
     out, err = folder / f"{name}.out", folder / f"{name}.err"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:

@@ -1,11 +1,11 @@
-"""Helpers for the run tests: the handler program, and reading what it recorded."""
+"""The test handler program (the ``handler`` fixture's), and reading what it recorded."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from proctools import wait_for
+from support.processes import wait_for
 
 HANDLER = r'''
 import argparse, json, os, subprocess, sys, time
@@ -53,10 +53,8 @@ else:
     json.dump({"messages": ["handled " + ids]}, sys.stdout)
 '''
 
-T0 = 1_000_000
-
-
 def started_pids(path: Path) -> list[int]:
+    """The pids the handler wrote with --started, once it has."""
     wait_for(path.exists, f"the handler to write {path.name}")
     return [int(p) for p in path.read_text().split()]
 

@@ -1,1 +1,0 @@
-"""The Store contract suite: every backend must pass it unchanged (see conftest.py)."""

@@ -1,0 +1,176 @@
+"""The fixtures every test folder gets: an isolated AGENTBOX_HOME, the CLI in-process
+and as a process, background processes, the test handler and sender, and alice's inbox.
+
+A folder's conftest.py may override one for its backend (tests/postgres does
+``home``, ``agentbox_proc`` and ``open_inbox``) but never gives a name another meaning.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.store import Store
+from support.handler import HANDLER
+from support.processes import proc_env
+from support.sending import Sender
+from support.watching import Watcher, launch
+
+Cli = Callable[..., Any]  # the ``cli`` fixture: cli(*argv, now=None, stdin=None) -> CliResult
+Proc = Callable[..., subprocess.CompletedProcess[str]]  # the ``agentbox_proc`` fixture
+
+
+@dataclass
+class CliResult:
+    """What an in-process CLI call gave: exit code, stdout, stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh AGENTBOX_HOME, user 'alice', and no other AGENTBOX_* variable."""
+    for name in list(os.environ):
+        if name.startswith("AGENTBOX_"):
+            monkeypatch.delenv(name)
+    root = tmp_path / "home"
+    monkeypatch.setenv("AGENTBOX_HOME", str(root))
+    monkeypatch.setenv("AGENTBOX_USER", "alice")
+    return root
+
+
+@pytest.fixture
+def cli(home: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """Run agentbox in-process: cli("status", "--json", now=T0, stdin="...")."""
+    from agentbox.cli import run
+
+    def invoke(*argv: str, now: int | None = None, stdin: str | bytes | None = None) -> CliResult:
+        import io
+
+        if now is not None:
+            monkeypatch.setenv("AGENTBOX_NOW", str(now))
+        if stdin is not None:
+            data = stdin.encode() if isinstance(stdin, str) else stdin
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        capsys.readouterr()
+        code = run(list(argv))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke
+
+
+@pytest.fixture
+def agentbox_proc(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run agentbox as a real process (python -m agentbox) and wait for it."""
+
+    def invoke(*argv: str, env: Mapping[str, str] | None = None, stdin: str | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agentbox", *argv], input=stdin,
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**proc_env(home), **(env or {})})
+
+    return invoke
+
+
+@pytest.fixture
+def handler(tmp_path: Path) -> list[str]:
+    """argv of the test handler (see support.handler.HANDLER); append its options."""
+    script = tmp_path / "handler.py"
+    script.write_text(HANDLER)
+    return [sys.executable, str(script)]
+
+
+@pytest.fixture
+def start(home: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """start(*argv, now=None, env=None): `agentbox ARGV` in the background, reaped at the end.
+
+    It gets this environment (which the ``home`` fixture isolated) without
+    AGENTBOX_NOW, then ``now`` as AGENTBOX_NOW and ``env``.
+    """
+    procs: list[subprocess.Popen[str]] = []
+
+    def begin(*argv: str, now: int | None = None,
+              env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        full = {k: v for k, v in os.environ.items() if k != "AGENTBOX_NOW"}
+        if now is not None:
+            full["AGENTBOX_NOW"] = str(now)
+        proc = subprocess.Popen([sys.executable, "-m", "agentbox", *argv],
+                                env={**full, **(env or {})}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        return proc
+
+    yield begin
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """A fresh, open SQLite store on disk, outside any home (for engine-level tests)."""
+    with SqliteStore(tmp_path / "inbox.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]]:
+    """start_watcher("run", "--watch", ..., name="a", env={...}): a long-running agentbox
+    process for alice; every one still running at the end is killed."""
+    started: list[Watcher] = []
+
+    def begin(*argv: str, name: str = "watcher",
+              env: Mapping[str, str] | None = None) -> Watcher:
+        watcher = launch(tmp_path, name, list(argv), {**proc_env(home), **(env or {})})
+        started.append(watcher)
+        return watcher
+
+    yield begin
+    for watcher in started:
+        if watcher.proc.poll() is None:
+            watcher.kill()
+
+
+@pytest.fixture
+def inbox_path(home: Path) -> Path:
+    """Where alice's inbox file lives under the test's AGENTBOX_HOME."""
+    return home / "inboxes" / "alice.sqlite3"
+
+
+@pytest.fixture
+def open_inbox(home: Path) -> Iterator[Callable[..., Store]]:
+    """open_inbox(user="alice"): that user's inbox as the CLI finds it, a fresh
+    connection each call, every one closed at the end."""
+    opened: list[Store] = []
+
+    def open_one(user: str = "alice") -> Store:
+        store = SqliteStore(home / "inboxes" / f"{user}.sqlite3")
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def sender(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sender:
+    """A recording sender; in-process CLI runs see its log in the environment."""
+    found = Sender.in_folder(tmp_path)
+    monkeypatch.setenv("SENDER_LOG", str(found.log))
+    monkeypatch.delenv("SENDER_WAIT_FOR", raising=False)
+    monkeypatch.setenv("SENDER_EXIT", "0")
+    return found

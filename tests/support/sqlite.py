@@ -1,0 +1,35 @@
+"""An SQLite inbox read straight from its tables: whole dumps and real counts."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.rules.records import EVENT_STATES, OUTBOX_STATES
+
+Dump = dict[str, list[tuple[object, ...]]]
+
+
+def dump(conn: sqlite3.Connection) -> Dump:
+    """Every row of every table, so two dumps compare the whole database."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").fetchall()]
+    return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr)
+            for t in tables}
+
+
+def real_counts(conn: sqlite3.Connection, table: str, column: str,
+                states: Sequence[str]) -> dict[str, int]:
+    """Counts by state from a real GROUP BY, zero included."""
+    found = dict(conn.execute(
+        f"SELECT {column}, COUNT(*) FROM {table} GROUP BY {column}").fetchall())
+    assert set(found) <= set(states), found
+    return {s: int(found.get(s, 0)) for s in states}
+
+
+def assert_counts_true(store: SqliteStore) -> None:
+    """The trigger-kept counts equal a GROUP BY over the rows themselves."""
+    status = store.status()
+    assert status.events == real_counts(store.conn, "events", "status", EVENT_STATES)
+    assert status.outbox == real_counts(store.conn, "outbox", "state", OUTBOX_STATES)

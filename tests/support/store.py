@@ -1,0 +1,114 @@
+"""Helpers written against the Store protocol alone, for tests on any backend.
+
+``run`` and ``say`` make whole runs; ``StepWorker`` drives one worker call by
+call, as the article tells it; ``store_snapshot`` is all a caller can see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentbox.rules.answer import Answer, Message
+from agentbox.rules.policy import Policy
+from agentbox.rules.records import OUTBOX_STATES, Event
+from agentbox.store import Store
+from support.clock import T0, TTL
+
+POLICY = Policy(lease_ttl=TTL, max_attempts=3)  # the article's: a 120 s lease, three attempts
+
+
+def store_snapshot(store: Store, ids: Sequence[int] = ()) -> dict[str, Any]:
+    """All a caller can see through the interface; equal snapshots = nothing changed."""
+    events = {i: store.event(i) for i in ids}
+    return {
+        "status": store.status(),
+        "events": events,
+        "stories": {i: store.story(i) for i in ids},
+        "dead": store.dead(),
+        "outbox": store.outbox(OUTBOX_STATES),
+        "timers": store.timers(include_done=True),
+        "approvals": store.approvals(T0),
+    }
+
+
+def run(store: Store, holder: str, now: int, answer: Answer | None = None,
+        policy: Policy = POLICY) -> tuple[int, list[Event]]:
+    """One whole run: acquire, claim, finish, release. Returns (generation, batch)."""
+    generation = store.acquire(holder, now, policy.lease_ttl)
+    assert generation is not None
+    batch = store.claim(holder, generation, now, policy)
+    assert batch is not None
+    assert store.finish(holder, generation, now, [e.id for e in batch], answer)
+    assert store.release(holder, generation, now)
+    return generation, batch
+
+
+def say(store: Store, now: int, *bodies: str, urgent: bool = False) -> None:
+    """Queue messages the only way there is: as the answer of a finished run."""
+    run(store, f"speaker-{now}-{len(bodies)}", now,
+        Answer(messages=tuple(Message(b, urgent) for b in bodies)))
+
+
+def outbox_states(store: Store) -> list[str]:
+    """The state of every outbox message, oldest first."""
+    return [m.state for m in store.outbox(OUTBOX_STATES)]
+
+
+def event_state(store: Store, source_id: str, source: str = "chat") -> tuple[str, int]:
+    """(status, attempts) of one event, as the article prints it."""
+    event = store.find(source, source_id)
+    assert event is not None, source_id
+    return event.status, event.attempts
+
+
+def actions(store: Store, event_id: int) -> list[str]:
+    """The actions of an event's story, in order."""
+    return [entry.action for entry in store.story(event_id)]
+
+
+@dataclass
+class StepWorker:
+    """One worker process driven call by call: a holder name, the generation it holds,
+    what it claimed. (The worker `agentbox run` uses is :class:`agentbox.worker.Worker`.)"""
+
+    store: Store
+    holder: str
+    policy: Policy = POLICY
+    generation: int | None = None
+    batch: list[Event] = field(default_factory=list)
+
+    def acquire(self, now: int) -> int | None:
+        self.generation = self.store.acquire(self.holder, now, self.policy.lease_ttl)
+        return self.generation
+
+    def claim(self, now: int) -> list[Event] | None:
+        assert self.generation is not None
+        got = self.store.claim(self.holder, self.generation, now, self.policy)
+        self.batch = got or []
+        return got
+
+    def finish(self, now: int, answer: Answer | None = None) -> bool:
+        assert self.generation is not None
+        return self.store.finish(self.holder, self.generation, now,
+                                 [e.id for e in self.batch], answer)
+
+    def fail(self, now: int, error: str = "boom") -> bool:
+        assert self.generation is not None
+        return self.store.fail(self.holder, self.generation, now,
+                               [e.id for e in self.batch], error, self.policy)
+
+    def run(self, now: int, answer: Answer | None = None) -> list[Event]:
+        """The article's run(): take the lease, claim, finish."""
+        assert self.acquire(now) is not None
+        got = self.claim(now)
+        assert got is not None
+        assert self.finish(now, answer)
+        return got
+
+    def ids(self) -> list[str]:
+        return [e.source_id for e in self.batch]
+
+
+MakeStepWorker = Callable[..., StepWorker]  # the engine folder's `worker` fixture
