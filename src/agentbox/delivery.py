@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING
 from agentbox.errors import BadInput
 
 if TYPE_CHECKING:
-    from agentbox.jsonl import Report
+    from agentbox.jsonl import IngestReport
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
     from agentbox.store import Store
@@ -102,7 +102,7 @@ def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes,
 
 
 def accept_lines(store: Callable[[], Store], stream: IO[bytes], *, max_payload: int, now: int,
-                 check: Check | None = None) -> Report:
+                 check: Check | None = None) -> IngestReport:
     """Check and store a JSON-lines stream; every line is reported.
 
     With a signature the whole stream must be checked before any line is

@@ -51,7 +51,9 @@ class LineReport:
 
 
 @dataclass
-class Report:
+class IngestReport:
+    """What one bulk ingest did, line by line."""
+
     entries: list[LineReport] = field(default_factory=list)
 
     def count(self, outcome: str) -> int:
@@ -120,8 +122,8 @@ def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
 
 
 def ingest_stream(store: Store, lines: Iterable[bytes], now: int, max_payload: int,
-                  chunk: int = CHUNK) -> Report:
-    report = Report()
+                  chunk: int = CHUNK) -> IngestReport:
+    report = IngestReport()
     pending: list[tuple[int, tuple[str, str, str]]] = []
 
     def flush() -> None:

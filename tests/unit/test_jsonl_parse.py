@@ -8,7 +8,7 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
-from agentbox.jsonl import ENVELOPE_SLACK, Report, ingest_stream, parse_line
+from agentbox.jsonl import ENVELOPE_SLACK, IngestReport, ingest_stream, parse_line
 from support.clock import T0
 
 
@@ -52,7 +52,7 @@ def test_report_keeps_line_order_across_chunks(store: SqliteStore) -> None:
 
 
 def test_report_documents() -> None:
-    report = Report()
+    report = IngestReport()
     assert report.document() == {"stored": 0, "duplicate": 0, "conflict": 0, "bad": 0,
                                  "lines": []}
 

@@ -14,7 +14,7 @@ from agentbox.errors import Exit
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentbox.jsonl import Report
+    from agentbox.jsonl import IngestReport
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
 
@@ -184,7 +184,7 @@ def ingest(
     raise typer.Exit(_OUTCOME_EXIT[result.outcome])
 
 
-def _report_lines(report: "Report", as_json: bool) -> None:
+def _report_lines(report: "IngestReport", as_json: bool) -> None:
     from agentbox import render
     if as_json:
         render.document(report.document())
