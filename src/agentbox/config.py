@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 
 from agentbox.errors import AgentboxError, BadInput, Busy, UsageError
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import DELIVERY_MODES
 
 
 def _seconds(value: Any, allow_zero: bool = False) -> int:
@@ -70,8 +69,9 @@ def _flag(value: Any) -> bool:
 
 
 def _mode(value: Any) -> str:
-    if value not in DELIVERY_MODES:
-        raise BadInput(f"delivery must be one of {', '.join(DELIVERY_MODES)}, not {value!r}")
+    from agentbox.rules.outbox import check_mode
+
+    check_mode(str(value))
     return str(value)
 
 

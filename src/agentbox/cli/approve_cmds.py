@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import complete_answer, duration_flag
+from agentbox.cli.options import checked_flag, complete_answer, duration_flag
 from agentbox.errors import Exit
 
 approve_app = typer.Typer(help="Approvals: a request, then one answer or its expiry.",
@@ -73,11 +73,9 @@ def approve_answer(
     """Answer a request. Prints the outcome that stands: exit 0 when it is yours, 3 when
     another stands (expired, an earlier answer, or unknown for a request never made)."""
     from agentbox import render
-    from agentbox.errors import UsageError
-    from agentbox.rules.approvals import ANSWERS
+    from agentbox.rules.approvals import check_reply
 
-    if reply not in ANSWERS:
-        raise UsageError(f"an answer is yes or no, not {reply!r}")
+    checked_flag("the answer", reply, check_reply)
     sess = session(ctx)
     standing = sess.store().answer_approval(request_id, reply, sess.now())
     stands = standing == reply

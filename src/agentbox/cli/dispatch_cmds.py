@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import command_flag, complete_delivery, duration_flag
+from agentbox.cli.options import checked_flag, command_flag, complete_delivery, duration_flag
 
 if TYPE_CHECKING:
     from agentbox.dispatcher import DispatchReport, Sent
@@ -145,11 +145,10 @@ def dispatch(
 
     from agentbox import render
     from agentbox.dispatcher import CommandSender, Dispatcher, PrintSender, Sender
-    from agentbox.errors import UsageError
-    from agentbox.rules.records import DELIVERY_MODES
+    from agentbox.rules.outbox import check_mode
 
-    if mode is not None and mode not in DELIVERY_MODES:
-        raise UsageError(f"--mode must be one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
+    if mode is not None:
+        checked_flag("--mode", mode, check_mode)
     argv = command_flag("--via", via, command)
     sess = session(ctx)
     settings = sess.settings({"delivery": mode, "outbox_gap": duration_flag("--gap", gap),

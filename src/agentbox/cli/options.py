@@ -21,6 +21,13 @@ def _as_usage(name: str, parse: Callable[[], T]) -> T:
         raise UsageError(f"{name}: {exc}") from None
 
 
+def checked_flag(name: str, value: str, check: Callable[[str], None]) -> str:
+    """A flag's value, checked before anything is opened by the rule that governs it
+    (the store checks it again for every other caller): a usage error naming the flag."""
+    _as_usage(name, lambda: check(value))
+    return value
+
+
 def duration_flag(name: str, value: str | None) -> int | None:
     """A duration flag's seconds; a bad spelling is a usage error naming the flag."""
     from agentbox.durations import parse_duration

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from agentbox.cli.app import JsonFlag, app, session
-from agentbox.cli.options import complete_catch_up, duration_flag, time_flag
+from agentbox.cli.options import checked_flag, complete_catch_up, duration_flag, time_flag
 
 if TYPE_CHECKING:
     from datetime import tzinfo
@@ -122,10 +122,10 @@ def schedule_add(
         raise UsageError("--catch-up goes with --every or --cron, not --at")
     if tz is not None and cron is None:
         raise UsageError("--tz goes with --cron")
-    from agentbox.rules.records import CATCH_UP_MODES
+    from agentbox.rules.timers import check_catch_up
 
-    if catch_up is not None and catch_up not in CATCH_UP_MODES:
-        raise UsageError(f"--catch-up is one of {', '.join(CATCH_UP_MODES)}, not {catch_up!r}")
+    if catch_up is not None:
+        checked_flag("--catch-up", catch_up, check_catch_up)
     sess = session(ctx)
     now = sess.now()
     interval = duration_flag("--every", every)

@@ -43,7 +43,7 @@ def check_request(request_id: str, expires_in: int) -> None:
 
 def check_reply(reply: str) -> None:
     if reply not in ANSWERS:
-        raise BadInput(f"an approval answer is yes or no, not {reply!r}")
+        raise BadInput(f"an answer is yes or no, not {reply!r}")
 
 
 def event_body(request_id: str, outcome: str, action: str) -> str:

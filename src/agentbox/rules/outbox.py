@@ -79,10 +79,14 @@ RESEND_BACKOFF_CAP = 3600
 Settle = Literal["sent", "late-sent", "failed", "retry", "park", "unknown", "stale"]
 
 
+def check_mode(mode: str) -> None:
+    if mode not in DELIVERY_MODES:
+        raise BadInput(f"a delivery mode is one of {', '.join(DELIVERY_MODES)}, not {mode!r}")
+
+
 def check_claim(mode: str, gap: int, timeout: int,
                 max_tries: int = DEFAULT_MAX_SEND_TRIES) -> None:
-    if mode not in DELIVERY_MODES:
-        raise BadInput(f"delivery mode must be one of {', '.join(DELIVERY_MODES)}")
+    check_mode(mode)
     if gap < 0 or timeout <= 0:
         raise BadInput("the gap cannot be negative and the timeout must be positive")
     if max_tries < 1:

@@ -62,11 +62,15 @@ RESERVED_KEYS = ("timer", "scheduled_for", "late_by", "skipped")
 SOURCE = "timer"
 
 
+def check_catch_up(mode: str) -> None:
+    if mode not in CATCH_UP_MODES:
+        raise BadInput(f"a catch-up mode is one of {', '.join(CATCH_UP_MODES)}, not {mode!r}")
+
+
 def check_spec(spec: TimerSpec) -> None:
     if not spec.name or len(spec.name) > MAX_NAME_LENGTH or "\x00" in spec.name:
         raise BadInput(f"a timer name is 1-{MAX_NAME_LENGTH} characters without NUL")
-    if spec.catch_up not in CATCH_UP_MODES:
-        raise BadInput(f"catch-up must be one of {', '.join(CATCH_UP_MODES)}")
+    check_catch_up(spec.catch_up)
     if spec.every is not None and spec.every <= 0:
         raise BadInput("a timer's interval must be a positive number of seconds")
     if (spec.cron is None) != (spec.tz is None):
