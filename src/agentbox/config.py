@@ -118,32 +118,37 @@ def _known_zone(value: Any) -> None:
 
 class Key(NamedTuple):
     parse: Callable[[Any], Any]
-    help: str
+    help: str  # what it does; its default is Policy's, shown by :func:`described`
     # A fuller check made when the value is set, too costly to repeat on every read.
     check: Callable[[Any], None] | None = None
+    duration: bool = False  # a number of seconds, shown as a duration
+
+
+def _duration_key(help: str, allow_zero: bool = False) -> Key:
+    return Key(lambda v: _seconds(v, allow_zero), help, duration=True)
 
 
 KEYS: dict[str, Key] = {
-    "lease_ttl": Key(_seconds, "seconds a worker owns the inbox without renewing (120)"),
-    "max_attempts": Key(_count, "claims before an event is parked as dead (3)"),
-    "outbox_gap": Key(_seconds, "minimum time between two sends (1h)"),
-    "retry_backoff": Key(lambda v: _seconds(v, allow_zero=True),
-                         "base of the exponential retry backoff; 0 turns it off (0)"),
-    "backoff_cap": Key(_seconds, "the longest a retry is held back (1h)"),
-    "max_batch": Key(_count, "events handed to one run (100)"),
-    "max_payload": Key(_count, "largest accepted payload in bytes (262144)"),
-    "handler_timeout": Key(_seconds, "seconds before a handler is stopped (10m)"),
-    "send_timeout": Key(_seconds, "seconds before a sender is stopped (60s)"),
-    "delivery": Key(_mode, "at-least-once or at-most-once (at-least-once)"),
-    "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer (100)"),
+    "lease_ttl": _duration_key("seconds a worker owns the inbox without renewing"),
+    "max_attempts": Key(_count, "claims before an event is parked as dead"),
+    "outbox_gap": _duration_key("minimum time between two sends"),
+    "retry_backoff": _duration_key("base of the exponential retry backoff; 0 turns it off",
+                                   allow_zero=True),
+    "backoff_cap": _duration_key("the longest a retry is held back"),
+    "max_batch": Key(_count, "events handed to one run"),
+    "max_payload": Key(_count, "largest accepted payload in bytes"),
+    "handler_timeout": _duration_key("seconds before a handler is stopped"),
+    "send_timeout": _duration_key("seconds before a sender is stopped"),
+    "delivery": Key(_mode, "at-least-once or at-most-once"),
+    "catch_up_limit": Key(_count, "events per missed-occurrence burst of an `each` timer"),
     "max_send_tries": Key(_count, "tries of one dispatch key, once it may have delivered, "
-                          "before it is parked uncertain (5)"),
-    "keep_done": Key(_seconds, "prune done events older than this (30d)"),
-    "keep_sent": Key(_seconds, "prune sent messages and settled dispatches older than this (30d)"),
-    "dedupe_window": Key(lambda v: _seconds(v, allow_zero=True),
-                         "how long after its arrival a pruned event's key still refuses a "
-                         "redelivery; 0 forgets it when pruned (90d)"),
-    "auto_prune": Key(_flag, "`run` prunes at most once a day (true)"),
+                          "before it is parked uncertain"),
+    "keep_done": _duration_key("prune done events older than this"),
+    "keep_sent": _duration_key("prune sent messages and settled dispatches older than this"),
+    "dedupe_window": _duration_key("how long after its arrival a pruned event's key still "
+                                   "refuses a redelivery; 0 forgets it when pruned",
+                                   allow_zero=True),
+    "auto_prune": Key(_flag, "`run` prunes at most once a day"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "
@@ -152,6 +157,20 @@ KEYS: dict[str, Key] = {
                     "(TZ, else the system's)", check=_known_zone),
 }
 _POLICY_FIELDS = set(Policy._fields)
+
+
+def described(key: str) -> str:
+    """A setting's help and, for a rule's knob, its default, read from :class:`Policy`:
+    the one place the defaults are written."""
+    from agentbox.durations import format_duration
+
+    known = KEYS[key]
+    if key not in _POLICY_FIELDS:
+        return known.help
+    default = getattr(Policy(), key)
+    shown = (format_duration(default) if known.duration and default
+             else str(default).lower() if isinstance(default, bool) else str(default))
+    return f"{known.help} (default {shown})"
 
 
 class Settings(NamedTuple):

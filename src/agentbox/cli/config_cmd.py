@@ -36,11 +36,11 @@ def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 def _show(ctx: typer.Context, as_json: bool) -> None:
     from agentbox import render
-    from agentbox.config import KEYS
+    from agentbox.config import KEYS, described
 
     settings = session(ctx).settings()
     rows = [{"key": key, "value": settings.value(key), "origin": settings.origins[key],
-             "help": KEYS[key].help} for key in KEYS]
+             "help": described(key)} for key in KEYS]
     render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings",
                    text=["value", "help"])
 
