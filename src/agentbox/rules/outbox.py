@@ -53,7 +53,12 @@ class OutboxMessage(NamedTuple):
 
 
 class Dispatch(NamedTuple):
-    """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``."""
+    """A claimed send: these rows, merged into ``body``, under ``key``, try ``tries``.
+
+    ``tries`` counts the key's tries, this one included: it is the number of this
+    try, which the sender sees as AGENTBOX_DISPATCH_ATTEMPT and a settle names as
+    its ``attempt``; ``max_tries`` (the ``max_send_tries`` setting) bounds it.
+    """
 
     key: str
     mode: str
