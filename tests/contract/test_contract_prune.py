@@ -15,7 +15,7 @@ from support.store import run, say, store_snapshot
 KEEP = 30 * DAY
 WINDOW = 90 * DAY
 POLICY = Policy(lease_ttl=TTL, keep_done=KEEP, keep_sent=KEEP, dedupe_window=WINDOW)
-LATER = T0 + KEEP + 1  # every event finished at T is past keep_done by then
+LATER = T0 + KEEP + 1  # every event finished at T0 is past keep_done by then
 
 
 def no_sleep(_: float) -> None:
@@ -85,7 +85,7 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
     assert store_snapshot(backend) == before
     assert backend.find("hook", "hook-0") is None
 
-    # the window counts from the event's arrival (T): after it the key is free again
+    # the window counts from the event's arrival (T0): after it the key is free again
     last = T0 + WINDOW - 1
     assert backend.ingest("hook", "hook-0", '{"n":0}', last).outcome == "duplicate"
     stored = backend.ingest("hook", "hook-0", '{"n":5}', T0 + WINDOW)

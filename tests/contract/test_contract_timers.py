@@ -146,7 +146,7 @@ def test_catch_up_each_counts_up_to_the_limit_exactly(backend: Store, limit: int
                                                       alone: int, coalesced: int | None) -> None:
     spec = TimerSpec(name="bill", due=T0, every=H, payload="{}", catch_up="each")
     backend.add_timer(spec, T0)
-    now = T0 + (owed - 1) * H  # ``owed`` occurrences are due, the first at T
+    now = T0 + (owed - 1) * H  # ``owed`` occurrences are due, the first at T0
     assert backend.tick(now, Policy(catch_up_limit=limit)) == 1
     events = backend.timer_events("bill")
     bodies = [json.loads(e.payload) for e in events]

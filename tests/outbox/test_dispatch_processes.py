@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 Queue = Callable[..., None]
 SEND_TIMEOUT = 60
-DEADLINE = T0 + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T
+DEADLINE = T0 + SEND_TIMEOUT + CLAIM_GRACE  # of a claim made at T0
 WAIT = 60.0  # generous: two cores, other test runs beside us
 
 

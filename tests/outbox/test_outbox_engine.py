@@ -93,7 +93,7 @@ def test_an_urgent_send_resets_the_gap_and_takes_the_held_ones(store: SqliteStor
     assert urgent.body == "routine\n\nfire!"
     store.settle_dispatch(urgent.key, "sent", T0 + 100, attempt=1)
     queue(T0 + 200, "later")
-    # A send of any kind restarts the gap: the urgent one at T+100, not T.
+    # A send of any kind restarts the gap: the urgent one at T0+100, not T0.
     assert waited(store, T0 + GAP).until == T0 + 100 + GAP
     assert claimed(store, T0 + 100 + GAP).body == "later"
 

@@ -16,6 +16,7 @@ import pytest
 
 from agentbox.jsonutil import MAX_DEPTH
 from support.clock import T0_2023
+from support.processes import wait_for
 from support.serving import Served
 
 pytestmark = pytest.mark.slow
@@ -402,8 +403,6 @@ def test_stopping_finishes_the_request_under_way_then_exits_0(
             except (ConnectionRefusedError, ConnectionResetError):  # reset: caught closing
                 return True
             return False
-
-        from proctools import wait_for
 
         wait_for(refused, "the server to stop accepting", timeout=30)
         assert served.proc.poll() is None, "it left before answering the request under way"
