@@ -39,7 +39,7 @@ from support import postgres
 from support.clock import T0
 from support.sqlite import dump, real_counts
 
-TTL = 100
+MACHINE_TTL = 100  # the machine's lease: short, so its clock steps cross it often
 WORKERS = ("A", "B")
 KEYS = (("hook", "1"), ("hook", "2"), ("hook", "3"), ("chat", "1"), ("chat", "2"),
         ("chat", "3"), ("chat", "4"), ("timer", "t@1"))
@@ -149,8 +149,8 @@ class EngineMachine(RuleBasedStateMachine):
     def start(self, max_attempts: int, max_batch: int, backoff: int,
               backlog: list[tuple[str, str]]) -> None:
         """A policy, and a few events already waiting so runs have work from the start."""
-        self.policy = Policy(lease_ttl=TTL, max_attempts=max_attempts, max_batch=max_batch,
-                             retry_backoff=backoff, backoff_cap=20)
+        self.policy = Policy(lease_ttl=MACHINE_TTL, max_attempts=max_attempts,
+                             max_batch=max_batch, retry_backoff=backoff, backoff_cap=20)
         for key in backlog:
             self.ingest(key, PAYLOADS[0])
 
@@ -177,11 +177,11 @@ class EngineMachine(RuleBasedStateMachine):
             expected = self.lease[1]
         else:
             expected = None
-        got = self.store.acquire(w.holder, self.now, TTL)
+        got = self.store.acquire(w.holder, self.now, MACHINE_TTL)
         assert got == expected
         if got is not None:
             w.generation = got
-            self.lease = (w.holder, got, self.now + TTL, False)
+            self.lease = (w.holder, got, self.now + MACHINE_TTL, False)
 
     @rule(name=st.sampled_from(WORKERS))
     def release(self, name: str) -> None:
@@ -273,11 +273,12 @@ class EngineMachine(RuleBasedStateMachine):
         self.restarts += 1
         self.workers[name] = WorkerModel(f"{name}#{self.restarts}")
 
-    @rule(seconds=st.sampled_from([1, 5, TTL // 2, TTL, TTL + 1, 3 * TTL]))
+    @rule(seconds=st.sampled_from([1, 5, MACHINE_TTL // 2, MACHINE_TTL, MACHINE_TTL + 1,
+                                   3 * MACHINE_TTL]))
     def advance_clock(self, seconds: int) -> None:
         self.now += seconds
 
-    @rule(seconds=st.sampled_from([1, TTL, 3 * TTL]))
+    @rule(seconds=st.sampled_from([1, MACHINE_TTL, 3 * MACHINE_TTL]))
     def step_clock_back(self, seconds: int) -> None:
         """An NTP step back, or a pinned clock: no rule may depend on time only rising."""
         self.now -= seconds
