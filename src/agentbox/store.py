@@ -371,11 +371,8 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
                              lock_timeout=busy_timeout)
     from agentbox.backends.sqlite.store import SqliteStore
 
-    store = SqliteStore(target, synchronous=synchronous, make_folders=make_folders,
-                        create=create)
-    if busy_timeout is not None:
-        store.conn.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout * 1000))}")
-    return store
+    return SqliteStore(target, synchronous=synchronous, make_folders=make_folders,
+                       create=create, busy_timeout=busy_timeout)
 
 
 class Inboxes(Protocol):

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -222,19 +223,27 @@ def test_writers_queue_on_the_busy_timeout(store: SqliteStore, tmp_path: Path) -
         assert not finished.wait(0.3)  # blocked behind our write lock
     assert finished.wait(60)
     thread.join()
+    # The waiting was done in short steps; the connection's own timeout is back.
+    assert other.conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
     other.close()
     assert results == ["stored"]
 
 
-def test_a_database_that_stays_locked_is_a_temporary_error(
-        store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.1)
-    impatient = SqliteStore(store.location)
+@pytest.mark.parametrize("write", ["ingest", "transaction"])
+def test_a_database_that_stays_locked_is_a_temporary_error(store: SqliteStore,
+                                                           write: str) -> None:
+    impatient = SqliteStore(store.location, busy_timeout=0.2)
     try:
         with db.write(store.conn), pytest.raises(Busy) as caught:
-            impatient.ingest("s", "1", "{}", T0)
+            started = time.monotonic()
+            if write == "ingest":  # a new key: one autocommit INSERT
+                impatient.ingest("s", "1", "{}", T0)
+            else:
+                impatient.replay(None, T0)
+        assert 0.2 <= time.monotonic() - started < 10  # its own timeout, not the default 30 s
         assert caught.value.exit_code == 75
         assert impatient.find("s", "1") is None
+        assert impatient.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 200
     finally:
         impatient.close()
 

@@ -1,7 +1,8 @@
 """Opening an inbox file: permissions, pragmas, migrations, write transactions.
 
-Every write goes through :func:`write`, a ``BEGIN IMMEDIATE`` transaction:
-the write lock is taken up front, so two writers queue on the busy timeout
+Every write goes through :func:`write`, a ``BEGIN IMMEDIATE`` transaction
+(or is a single autocommit statement, as a new event's INSERT is): the write
+lock is taken up front, by :func:`take_write_lock`, so two writers queue for it
 instead of one failing half-way with "database is locked".
 """
 
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from agentbox.backends.sqlite.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
 from agentbox.errors import Busy, DatabaseError, NoInbox
@@ -23,6 +25,9 @@ WAL_KEEP = 4 * 1024 * 1024  # bytes of write-ahead log kept after a checkpoint
 LAST_RUN = "last_run"  # meta keys: when a run last claimed, when a prune last completed
 LAST_PRUNE = "last_prune"
 BUSY_TIMEOUT_S = 30.0
+# Waiting for the write lock: the first pause, and the longest (see take_write_lock).
+_FIRST_PAUSE_S = 50e-6
+_LONGEST_PAUSE_S = 2e-3
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -131,23 +136,34 @@ def _adopt_empty(path: Path, fd: int, info: os.stat_result) -> None:
                                 f"{exc.strerror or exc}") from None
 
 
+class InboxConnection(sqlite3.Connection):
+    """A connection to an inbox file, knowing how long its writes may wait for the lock."""
+
+    busy_timeout_s = BUSY_TIMEOUT_S
+
+
 def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
-            make_folders: bool = True, create: bool = True) -> sqlite3.Connection:
+            make_folders: bool = True, create: bool = True,
+            busy_timeout: float | None = None) -> sqlite3.Connection:
     """Open an inbox file and bring its schema up to date.
 
     A missing file is created (0600), unless ``create`` is false: then it is
-    :class:`NoInbox`, and nothing is made.
+    :class:`NoInbox`, and nothing is made. ``busy_timeout`` (seconds, default
+    :data:`BUSY_TIMEOUT_S`) bounds how long a statement waits for a lock another
+    connection holds.
     """
+    wait = BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout
     file = Path(path)
     if not create and not os.path.lexists(file):
         raise NoInbox(os.fspath(path))
     if not create or not _create_private_file(file, make_folders):
         _check_existing(file)
     try:
-        conn = sqlite3.connect(file, isolation_level=None, timeout=BUSY_TIMEOUT_S,
-                               check_same_thread=False)
+        conn = sqlite3.connect(file, isolation_level=None, timeout=wait,
+                               check_same_thread=False, factory=InboxConnection)
     except sqlite3.Error as exc:
         raise translate(exc, file) from None
+    conn.busy_timeout_s = wait
     try:
         # Refuse a foreign or newer file before anything (even the journal
         # mode, which lives in the file header) is written to it.
@@ -289,7 +305,7 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
         conn.execute("PRAGMA synchronous=NORMAL")
     try:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            take_write_lock(conn, "BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise translate(exc) from None
         try:
@@ -307,6 +323,42 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
     finally:
         if level is not None and level > 1:
             conn.execute(f"PRAGMA synchronous={level}")
+
+
+def take_write_lock(conn: sqlite3.Connection, statement: str,
+                    params: tuple[object, ...] = ()) -> list[Any]:
+    """Run a statement that takes the write lock, waiting for the lock in short steps;
+    return its rows.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10 ms and more between tries, while
+    an ingest holds the lock for about a tenth of a millisecond: writers asleep
+    leave the lock idle (eight processes ingesting at once stored half as many
+    events per second as one). Here the lock is tried at once, then after pauses
+    from 50 µs doubling to 2 ms, with jitter so that waiters spread out, for as
+    long as the connection's busy timeout allows.
+    """
+    budget = getattr(conn, "busy_timeout_s", BUSY_TIMEOUT_S)
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        try:
+            return conn.execute(statement, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        import random  # only once the lock was found taken
+
+        deadline = time.monotonic() + budget
+        pause = _FIRST_PAUSE_S
+        while True:
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            try:
+                return conn.execute(statement, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            pause = min(pause * 2, _LONGEST_PAUSE_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {round(budget * 1000)}")
 
 
 def state_counts(conn: sqlite3.Connection, table: str) -> dict[str, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from agentbox.backends.sqlite.db import write
+from agentbox.backends.sqlite.db import take_write_lock, write
 from agentbox.errors import DatabaseError
 from agentbox.rules.keys import check_key, conflict_detail, prefix_bound
 from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
@@ -78,7 +78,7 @@ def ingest(conn: sqlite3.Connection, source: str, source_id: str, payload: str,
     none. A key already taken is judged inside a write transaction.
     """
     check_key(source, source_id)
-    stored = conn.execute(_INSERT, (source, source_id, payload, now, now)).fetchall()
+    stored = take_write_lock(conn, _INSERT, (source, source_id, payload, now, now))
     if stored:
         return IngestResult("stored", stored[0][0], source, source_id)
     with write(conn):

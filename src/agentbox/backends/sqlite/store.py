@@ -37,10 +37,12 @@ class SqliteStore:
     """One user's inbox in one SQLite file."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL",
-                 make_folders: bool = True, create: bool = True) -> None:
+                 make_folders: bool = True, create: bool = True,
+                 busy_timeout: float | None = None) -> None:
         self.location = os.fspath(path)
         self.conn: sqlite3.Connection = db.connect(path, synchronous=synchronous,
-                                                   make_folders=make_folders, create=create)
+                                                   make_folders=make_folders, create=create,
+                                                   busy_timeout=busy_timeout)
 
     @classmethod
     def empty(cls, location: str) -> SqliteStore:
