@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -288,6 +289,26 @@ def run_program(argv: Sequence[str], env: dict[str, str],
                          f"{done.stderr.decode(errors='replace')[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+def wait(condition: Callable[[], object], what: str, timeout: float = 60.0,
+         every: float = 0.005) -> None:
+    """Poll ``condition`` until it holds (SystemExit after ``timeout`` seconds). What the
+    watch and pool figures measure is stamped by the programs themselves, so the polling
+    only decides how soon the next measurement starts."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a watcher (started with its stderr piped) by SIGTERM; it must exit 0."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode != 0:
+        raise SystemExit(f"a watcher exited {proc.returncode}: {err.decode()[-500:]}")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -20,15 +20,14 @@ Agentbox runs as `python -m agentbox` with this interpreter.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from benchlib import (
@@ -37,30 +36,23 @@ from benchlib import (
     clean_env,
     copy_inbox,
     cpu_seconds,
-    interleaved,
     make_inbox,
-    median,
     options,
     percentile,
     progress,
-    rate_row,
     report,
+    stop,
     time_row,
+    wait,
     warn_if_memory,
     workdir,
 )
+from poollib import AGENTBOX, items, pool_rates, pool_row, users
 
-AGENTBOX = [sys.executable, "-m", "agentbox"]
 P50_LIMIT, P99_LIMIT = 0.100, 0.500  # seconds
 IDLE_LIMIT = 1.0  # % of one core
-POOL = 4
 # The handler and the sender note when they start, then read their input.
 STAMP = 'date +%s.%N >> "$1"\ncat > /dev/null\n'
-# The pool's handler keeps each batch (one line of JSON) in a file of its own, with the
-# shell's built-ins, then works 20 ms: two programs started per batch, sh and sleep.
-POOL_HANDLER = ('IFS= read -r batch\n'
-                'printf "%s\\n" "$batch" > "$1/$AGENTBOX_USER.$AGENTBOX_GENERATION.$$"\n'
-                'sleep 0.02\n')
 
 
 class Home:
@@ -108,17 +100,6 @@ class Home:
         wait(lambda: getattr(self.store.status(), table)[state] >= count, f"{count} {state}")
 
 
-def wait(condition: Callable[[], object], what: str, timeout: float = 60.0,
-         every: float = 0.005) -> None:
-    """Poll ``condition``; the delays measured are stamped by the programs themselves,
-    so the polling only decides how soon the next measurement starts."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(every)
-
-
 def stamped(home: Home, count: int) -> float:
     """Wait for the ``count``-th start stamp; its time."""
     wait(lambda: len(home.stamps()) >= count, f"start {count}")
@@ -132,13 +113,6 @@ def started(proc: subprocess.Popen[bytes], says: str) -> subprocess.Popen[bytes]
     if says not in line:
         raise SystemExit(f"a watcher did not start: {line}{proc.stderr.read().decode()}")
     return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    if proc.returncode != 0:
-        raise SystemExit(f"a watcher exited {proc.returncode}: {err.decode()[-500:]}")
 
 
 def latency(root: Path, template: Path, env: dict[str, str], watched: int, once: int,
@@ -210,77 +184,37 @@ def idle_cpu(home: Home, watchers: dict[str, subprocess.Popen[bytes]],
     return used
 
 
-def pool_template(root: Path, template: Path, inboxes: int, events: int) -> Path:
-    """A data folder of ``inboxes`` inboxes holding ``events`` pending events each."""
+def pool_inboxes(root: Path, template: Path, inboxes: int) -> Path:
+    """A folder of ``inboxes`` users' inboxes holding the pool's pending events."""
     from agentbox.backends.sqlite.store import SqliteStore
 
-    folder = root / "pool-template"
-    for n in range(inboxes):
-        path = copy_inbox(template, folder / "inboxes" / f"user{n:04d}.sqlite3")
+    folder = root / "pool-inboxes"
+    for user in users(inboxes):
+        path = copy_inbox(template, folder / f"{user}.sqlite3")
         with SqliteStore(path, synchronous="OFF") as store:
-            store.ingest_many([("bench", f"e{k}", "{}") for k in range(events)],
-                              int(time.time()))
-    (folder / "config.toml").write_text("max_batch = 1\n")
+            store.ingest_many(items(), int(time.time()))
     return folder
 
 
-def pool_rate(root: Path, template: Path, env: dict[str, str], processes: int,
-              expected: Counter[tuple[str, int]], serial: list[int]) -> tuple[float, int]:
-    """Events per second handled by ``processes`` pool processes; and how many events
-    were handled twice or not at all."""
-    serial[0] += 1
-    home = root / f"pool{serial[0]}"
-    shutil.copytree(template, home)
-    batches = home / "batches"
-    batches.mkdir()
-    script = root / "pool.sh"
-    script.write_text(POOL_HANDLER)
-    run_env = {**env, "AGENTBOX_HOME": str(home)}
-    procs = [subprocess.Popen([*AGENTBOX, "run", "--watch", "--all-users", "--", "/bin/sh",
-                               str(script), str(batches)], env=run_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(processes)]
-    total = sum(expected.values())
-    wait(lambda: len(os.listdir(batches)) >= total, "every batch", 600, every=0.1)
-    time.sleep(0.5)  # the last finishes land
-    for proc in procs:
-        stop(proc)
-    files = list(batches.iterdir())
-    handled: Counter[tuple[str, int]] = Counter()
-    for file in files:
-        batch = json.loads(file.read_text())
-        handled.update((batch["user"], e["id"]) for e in batch["events"])
-    errors = sum(((handled - expected) + (expected - handled)).values())
-    times = sorted(f.stat().st_mtime for f in files)
-    shutil.rmtree(home)
-    return (len(times) - 1) / (times[-1] - times[0]), errors
+@contextmanager
+def copied(folder: Path, home: Path) -> Iterator[dict[str, str]]:
+    """The pool's inboxes for one run: a copy of ``folder`` in the home's data folder."""
+    shutil.copytree(folder, home / "inboxes")
+    yield {}
 
 
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     watched, once, quiet, inboxes, rounds = ((20, 5, 3.0, 24, 1) if args.quick
                                              else (200, 40, 10.0, 200, 2))
-    per_inbox = 2
     with workdir(args, "watch") as root:
         warn_if_memory(root)
         env = {**clean_env(root), "PYTHONPATH": os.pathsep.join(sys.path)}
         template = make_inbox(root / "template.sqlite3")
         delays, idle = latency(root, template, env, watched, once, quiet)
 
-        folder = pool_template(root, template, inboxes, per_inbox)
-        expected = Counter((f"user{n:04d}", k) for n in range(inboxes)
-                           for k in range(1, per_inbox + 1))
-        progress(f"pool: {rounds} round(s) of {inboxes} inboxes x {per_inbox} events, "
-                 f"1 process and {POOL}")
-        errors = [0]
-        serial = [0]
-
-        def measure(processes: int) -> float:
-            rate, wrong = pool_rate(root, folder, env, processes, expected, serial)
-            errors[0] += wrong
-            return rate
-
-        rates = interleaved(rounds, {"one": lambda: measure(1), "pool": lambda: measure(POOL)})
+        folder = pool_inboxes(root, template, inboxes)
+        rates, errors = pool_rates(root, env, inboxes, rounds, partial(copied, folder))
 
     def p(name: str, share: float) -> float:
         return percentile(delays[name], share)
@@ -309,10 +243,7 @@ def main() -> None:
             "% CPU", 1.0, False, idle_note, limit=IDLE_LIMIT),
         Row("idle CPU: dispatch --watch vs a 50 ms data_version poller", idle["dispatch"],
             idle["poll"], "% CPU", 1.0, False, idle_note, limit=IDLE_LIMIT),
-        rate_row(f"pool: {POOL} run --watch --all-users vs 1, {inboxes} inboxes",
-                 median(rates["pool"]), median(rates["one"]), 2.5,
-                 note=f"max_batch 1, a 20 ms handler; median of {rounds} round(s); events "
-                      "handled twice or never must be 0", errors=errors[0]),
+        pool_row("pool", inboxes, rounds, rates, errors),
     ], args)
 
 
