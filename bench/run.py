@@ -27,7 +27,7 @@ from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
            "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year", "pg_ingest",
-           "pg_run_cycle", "pg_scale")
+           "pg_run_cycle", "pg_scale", "pg_pool")
 LATEST = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
