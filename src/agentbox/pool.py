@@ -100,6 +100,13 @@ class Pool:
                 if held is not None and held.holder != self.holder and taken(held, now):
                     self._later[user] = held.until + 1
                     continue
+                # Another process may have emptied it since the round began: a run
+                # would take and give back the lease for nothing.
+                due = worker.store.next_work(now)
+                if due is None or due > now:
+                    if due is not None:
+                        self._later[user] = due
+                    continue
                 report = worker.run_once()
             except AgentboxError as exc:
                 self._rest(user, str(exc))
