@@ -28,6 +28,9 @@ from agentbox.worker import IDLE_FLOOR, LONGEST_SLEEP, RunReport, Worker
 
 REST = 60.0  # seconds an inbox that cannot be served is left alone before another look
 UPKEEP_EVERY = 3600.0  # seconds between two looks at an inbox's daily prune
+# Inboxes looked at for a due prune in one quiet round: each look is a few reads, and
+# new work waits while they are made (ten thousand inboxes would stall it for seconds).
+UPKEEP_LOOKS = 20
 
 
 @dataclass
@@ -56,10 +59,11 @@ class Pool:
         try:
             while not self.stop.requested:
                 worked = self._round(self._ready(look))
-                pruned = not worked and self._upkeep()
-                # Inboxes that got a batch may have more, another may be due a prune;
+                upkeep_left = not worked and self._upkeep()
+                # Inboxes that got a batch may have more, others may be due a prune;
                 # those that changed meanwhile are looked at too, without sleeping.
-                changed = self._changed(waiter, 0.0 if worked or pruned else self._delay())
+                changed = self._changed(waiter,
+                                        0.0 if worked or upkeep_left else self._delay())
                 look = None if changed is None else changed | worked
         finally:
             waiter.close()
@@ -121,16 +125,21 @@ class Pool:
         return worked
 
     def _upkeep(self) -> bool:
-        """At most one inbox's daily prune, when a round found nothing to do; whether
-        one ran (then the next inbox's may be due too: no sleep before looking).
+        """At most one inbox's daily prune, and at most :data:`UPKEEP_LOOKS` looks, when
+        a round found nothing to do; whether more may be due now (a prune ran, or looks
+        remain: then the round after it looks on without sleeping first).
 
         Every inbox is looked at about hourly, quiet ones too (their done events
         age all the same); each prunes at most once a day.
         """
         now = time.monotonic()
+        looks = 0
         for user in self.inboxes.users():
             if self._upkept.get(user, 0.0) > now or user in self._resting:
                 continue
+            if looks == UPKEEP_LOOKS:
+                return True  # new work goes first; the next quiet round goes on
+            looks += 1
             self._upkept[user] = now + UPKEEP_EVERY
             try:
                 pruned = self._worker(user).prune_if_due()
