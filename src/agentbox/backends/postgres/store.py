@@ -46,6 +46,10 @@ class PostgresStore:
     and nothing is made: what a command that only reads needs.
     """
 
+    # The inbox's instance id, made with its row and never changed: read once, not on
+    # every batch (a round trip each).
+    _instance: str | None = None
+
     def __init__(self, url: str, user: str, *, synchronous: str = "FULL",
                  lock_timeout: float = db.LOCK_TIMEOUT_S, create: bool = True) -> None:
         from agentbox.paths import check_user
@@ -106,7 +110,9 @@ class PostgresStore:
         self.close()
 
     def instance_id(self) -> str:
-        return db.instance_id(db.Box(self.conn, self._writing()))
+        if self._instance is None:
+            self._instance = db.instance_id(db.Box(self.conn, self._writing()))
+        return self._instance
 
     def ingest(self, source: str, source_id: str, payload: str, now: int) -> IngestResult:
         return inbox.ingest(self.conn, self._writing(), source, source_id, payload, now)
