@@ -97,19 +97,20 @@ class Pool:
                 break
             try:
                 worker = self._worker(user)
-                # Another process works it: look again when its lease ends (a release
-                # before that is a change, and wakes this process sooner). Read first,
-                # so a busy inbox costs no write lock.
-                held, now = worker.store.lease(), self.clock()
-                if held is not None and held.holder != self.holder and taken(held, now):
-                    self._later[user] = held.until + 1
-                    continue
                 # Another process may have emptied it since the round began: a run
                 # would take and give back the lease for nothing.
+                now = self.clock()
                 due = worker.store.next_work(now)
                 if due is None or due > now:
                     if due is not None:
                         self._later[user] = due
+                    continue
+                # Another process works it: look again when its lease ends (a release
+                # before that is a change, and wakes this process sooner). Read first,
+                # so a busy inbox costs no write lock.
+                held = worker.store.lease()
+                if held is not None and held.holder != self.holder and taken(held, now):
+                    self._later[user] = held.until + 1
                     continue
                 report = worker.run_once()
             except AgentboxError as exc:
