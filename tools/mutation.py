@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Mutation testing of agentbox's rules and backends, scored per module.
+
+    python tools/mutation.py rules               # src/agentbox/rules/*.py
+    python tools/mutation.py sqlite postgres     # the backends
+    python tools/mutation.py rules.timers        # one module
+    python tools/mutation.py --report rules      # score the last run again, running nothing
+
+mutmut (``pip install -e '.[mutation]'``) copies src/ into ./mutants, changes
+one thing at a time in the chosen modules and runs the in-process tests that
+reach the changed function (``[tool.mutmut]`` in pyproject.toml). A mutant
+the tests still pass with has *survived*: a rule nothing pins. A survivor that
+cannot change what any caller sees is *equivalent*; each is listed, with the
+reason, in tools/mutation-equivalents.toml and subtracted here. The score is
+the share of the other mutants the tests killed (a timeout counts: the run
+did not pass). See docs/mutation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
+GROUPS = {"rules": "agentbox.rules", "sqlite": "agentbox.backends.sqlite",
+          "postgres": "agentbox.backends.postgres"}
+# mutmut's exit codes (mutmut/stats.py) folded into the columns printed here
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
+          36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
+COLUMNS = ("killed", "timeout", "survived", "no tests", "equivalent", "other")
+UNKILLED = ("survived", "no tests")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str      # mutmut's, e.g. agentbox.rules.timers.x_owed__mutmut_5 (numbers move)
+    module: str    # agentbox.rules.timers
+    function: str  # owed, or Every.span for a method
+    status: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """A mutant as a stable description: the lines it takes out and puts in."""
+
+    before: str
+    after: str
+
+
+def parse_name(name: str, status: str) -> Mutant:
+    module, _, generated = name.rpartition(".")
+    function = generated.rpartition("__mutmut_")[0]
+    # x_name for a function, xǁClassǁname for a method
+    function = function[2:].replace("ǁ", ".") if function.startswith(("x_", "xǁ")) else function
+    return Mutant(name, module, function, status)
+
+
+def targets(args: list[str]) -> list[str]:
+    """Module prefixes to mutate: a group (rules, sqlite, postgres) or a module below one."""
+    chosen = []
+    for arg in args:
+        head, _, rest = arg.partition(".")
+        if head not in GROUPS:
+            sys.exit(f"unknown target {arg!r}: one of {', '.join(GROUPS)}, optionally "
+                     "followed by .module (rules.timers)")
+        chosen.append(GROUPS[head] + (f".{rest}" if rest else ""))
+    return chosen
+
+
+def source_file(module: str) -> Path:
+    return Path("src", *module.split(".")).with_suffix(".py")
+
+
+def run_mutmut(prefixes: list[str], jobs: int, keep: bool) -> None:
+    if not keep:
+        shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    (ROOT / "mutants").mkdir(exist_ok=True)
+    log = ROOT / "mutants" / "mutmut.log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    print(f"mutmut over {', '.join(prefixes)} with {jobs} worker(s); its output: {log}",
+          flush=True)
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
+                               str(jobs), *(f"{p}.*" for p in prefixes)],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        sys.exit(f"mutmut failed (exit {done.returncode}); see {log}")
+
+
+def results(prefixes: list[str]) -> list[Mutant]:
+    found = []
+    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        for name, code in codes.items():
+            mutant = parse_name(name, STATUS.get(code, "other"))
+            if any(mutant.module == p or mutant.module.startswith(p + ".") for p in prefixes):
+                found.append(mutant)
+    if not found:
+        sys.exit("no results for these modules under mutants/: run without --report first")
+    return found
+
+
+def change(mutant: Mutant) -> Change:
+    """The lines mutmut changed, stripped (its diff of the one function)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    cwd = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        diff = get_diff_for_mutant(mutant.name, path=source_file(mutant.module))
+    finally:
+        os.chdir(cwd)
+    lines = diff.splitlines()[2:]
+    return Change("\n".join(x[1:].strip() for x in lines if x.startswith("-")),
+                  "\n".join(x[1:].strip() for x in lines if x.startswith("+")))
+
+
+# -- equivalents --------------------------------------------------------------
+
+SQL_PARTS = re.compile(r"'[^']*'|\"[^\"]*\"|%\(\w+\)s|%s|:\w+")
+
+
+def sql_case_only(before: str, after: str) -> bool:
+    """Only the case of SQL keywords or unquoted names changed, in a string literal.
+
+    SQL reads those whatever their case; a change inside a quoted SQL value or
+    name, or of a parameter's name, is not this kind and must be killed.
+    """
+    if before == after or before.lower() != after.lower():
+        return False
+    if not re.search(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|WHERE|FROM|SET|AND|"
+                     r"VALUES|ORDER BY|LIMIT|RETURNING|PRAGMA)\b", before, re.IGNORECASE):
+        return False
+    return SQL_PARTS.findall(before) == SQL_PARTS.findall(after)
+
+
+KINDS = {"sql-case": sql_case_only}
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    module: str
+    function: str
+    before: str
+    after: str
+    kind: str
+    why: str
+
+    def matches(self, mutant: Mutant, found: Change) -> bool:
+        if not fnmatch.fnmatchcase(mutant.module, self.module):
+            return False
+        if self.kind:
+            return KINDS[self.kind](found.before, found.after)
+        return (mutant.function, found.before, found.after) == (
+            self.function, self.before.strip(), self.after.strip())
+
+
+def equivalents() -> list[Equivalent]:
+    listed = tomllib.loads(EQUIVALENTS.read_text())
+    out = []
+    for entry in listed.get("kind", []):
+        if entry["name"] not in KINDS:
+            sys.exit(f"{EQUIVALENTS.name}: unknown kind {entry['name']!r}")
+        out.append(Equivalent(entry["modules"], "", "", "", entry["name"], entry["why"]))
+    for entry in listed.get("mutant", []):
+        before = "\n".join(x.strip() for x in entry["before"].strip().splitlines())
+        after = "\n".join(x.strip() for x in entry["after"].strip().splitlines())
+        out.append(Equivalent(entry["module"], entry["function"], before, after, "",
+                              entry["why"]))
+    return out
+
+
+# -- the report ---------------------------------------------------------------
+
+def score(counts: Counter[str]) -> str:
+    total = sum(counts.values()) - counts["equivalent"]
+    caught = counts["killed"] + counts["timeout"]
+    return f"{100 * caught / total:5.1f}%" if total else "    -"
+
+
+def report(mutants: list[Mutant], show: bool) -> int:
+    listed = equivalents()
+    used: set[Equivalent] = set()
+    per_module: dict[str, Counter[str]] = {}
+    left: list[tuple[Mutant, Change]] = []
+    for mutant in mutants:
+        counts = per_module.setdefault(mutant.module, Counter())
+        status = mutant.status
+        if status in UNKILLED:
+            found = change(mutant)
+            hit = next((e for e in listed if e.matches(mutant, found)), None)
+            if hit is not None:
+                used.add(hit)
+                status = "equivalent"
+            else:
+                left.append((mutant, found))
+        counts[status] += 1
+    width = max(len(m) for m in per_module) + 2
+    print(f"\n{'module':<{width}}" + "".join(f"{c:>11}" for c in COLUMNS) + "      score")
+    total: Counter[str] = Counter()
+    for module in sorted(per_module):
+        counts = per_module[module]
+        total.update(counts)
+        print(f"{module:<{width}}" + "".join(f"{counts[c]:>11}" for c in COLUMNS)
+              + f"     {score(counts)}")
+    print(f"{'all':<{width}}" + "".join(f"{total[c]:>11}" for c in COLUMNS)
+          + f"     {score(total)}")
+    if show and left:
+        print(f"\n{len(left)} mutant(s) neither killed nor listed as equivalent:")
+        for mutant, found in left:
+            print(f"\n# {mutant.name} ({mutant.status}) in {mutant.function}")
+            print("\n".join(f"- {x}" for x in found.before.splitlines()))
+            print("\n".join(f"+ {x}" for x in found.after.splitlines()))
+    modules = set(per_module)
+    stale = [e for e in listed if not e.kind and e not in used and e.module in modules]
+    for entry in stale:
+        print(f"\nlisted as equivalent but no longer a survivor: {entry.module} "
+              f"{entry.function}: {entry.before!r} -> {entry.after!r}")
+    return 1 if left else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("target", nargs="+",
+                        help="rules, sqlite, postgres, or one module: rules.timers")
+    parser.add_argument("--report", action="store_true",
+                        help="score the results already in mutants/; run nothing")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (2)")
+    parser.add_argument("--keep", action="store_true",
+                        help="reuse mutants/ from an earlier run instead of starting afresh")
+    parser.add_argument("--quiet", action="store_true",
+                        help="the scores only, not the surviving mutants' changes")
+    args = parser.parse_args()
+    prefixes = targets(args.target)
+    if not args.report:
+        run_mutmut(prefixes, args.jobs, args.keep)
+    return report(results(prefixes), not args.quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
