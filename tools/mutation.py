@@ -56,6 +56,7 @@ class Change:
 
     before: str
     after: str
+    context: str = ""  # the original lines around them, up to the first one taken out
 
 
 def parse_name(name: str, status: str) -> Mutant:
@@ -121,31 +122,74 @@ def change(mutant: Mutant) -> Change:
         diff = get_diff_for_mutant(mutant.name, path=source_file(mutant.module))
     finally:
         os.chdir(cwd)
-    lines = diff.splitlines()[2:]
+    lines = [x for x in diff.splitlines()[2:] if not x.startswith("@@")]
+    first = next((n for n, x in enumerate(lines) if x.startswith("-")), len(lines))
     return Change("\n".join(x[1:].strip() for x in lines if x.startswith("-")),
-                  "\n".join(x[1:].strip() for x in lines if x.startswith("+")))
+                  "\n".join(x[1:].strip() for x in lines if x.startswith("+")),
+                  "\n".join(x[1:] for x in lines[:first + 1] if not x.startswith("+")))
 
 
 # -- equivalents --------------------------------------------------------------
 
-SQL_PARTS = re.compile(r"'[^']*'|\"[^\"]*\"|%\(\w+\)s|%s|:\w+")
+SQL_KEYWORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|WHERE|FROM|SET|"
+                         r"VALUES|ORDER BY|LIMIT|RETURNING|PRAGMA)\b", re.IGNORECASE)
+# what SQL reads case by case: quoted values, and the names of parameters
+SQL_EXACT = re.compile(r"'[^']*'|%\(\w+\)s|:\w+")
 
 
-def sql_case_only(before: str, after: str) -> bool:
-    """Only the case of SQL keywords or unquoted names changed, in a string literal.
+def sql_case_only(found: Change) -> bool:
+    """Only the case of SQL keywords or unquoted names changed, in a query string.
 
     SQL reads those whatever their case; a change inside a quoted SQL value or
-    name, or of a parameter's name, is not this kind and must be killed.
+    of a parameter's name is not this kind and must be killed.
     """
-    if before == after or before.lower() != after.lower():
+    before, after = found.before, found.after
+    if before == after or before.lower() != after.lower() or len(before) != len(after):
         return False
-    if not re.search(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|WHERE|FROM|SET|AND|"
-                     r"VALUES|ORDER BY|LIMIT|RETURNING|PRAGMA)\b", before, re.IGNORECASE):
+    if not SQL_KEYWORD.search(before):
         return False
-    return SQL_PARTS.findall(before) == SQL_PARTS.findall(after)
+    exact = {i for part in SQL_EXACT.finditer(before) for i in range(*part.span())}
+    return all(i not in exact for i, (a, b) in enumerate(zip(before, after, strict=True))
+               if a != b)
 
 
-KINDS = {"sql-case": sql_case_only}
+UNREAD_SUBJECTS = ("approval", "message", "dispatch")
+COUNTED_SUBJECTS = ("timer",)  # prune counts these lines by subject and time, no more
+HISTORY_CALL = re.compile(r'history\.record(?:_many)?\(\s*\w+,\s*\w+,\s*"(\w+)"')
+
+
+def unread_history(found: Change) -> bool:
+    """The change is in the arguments of a history line of an approval, a message or a
+    dispatch, or in those of a timer's other than its subject.
+
+    Those lines are written for an operator reading the database: no Store
+    method reads them back (``story`` tells an event's history; ``vitals``
+    reads when the latest line was written, and a prune counts a timer's
+    lines by subject and time, which such a change leaves alone).
+    """
+    lines = found.context.splitlines()
+    if not lines:
+        return False
+    call = HISTORY_CALL.search(lines[-1])  # the first line changed
+    depth = 0
+    for line in reversed(lines[:-1]):
+        if call is not None:
+            break
+        depth += line.count("(") - line.count(")")
+        if depth <= 0:
+            return False  # a statement of its own above: the change is in no call of it
+        call = HISTORY_CALL.search(line)
+        if call is None:
+            return False  # inside some other call
+    if call is None:
+        return False
+    if call.group(1) in COUNTED_SUBJECTS:
+        kept = HISTORY_CALL.search(found.after) if found.before.startswith("history") else call
+        return kept is not None and kept.group(1) == call.group(1)
+    return call.group(1) in UNREAD_SUBJECTS
+
+
+KINDS = {"sql-case": sql_case_only, "unread-history": unread_history}
 
 
 @dataclass(frozen=True)
@@ -161,7 +205,7 @@ class Equivalent:
         if not fnmatch.fnmatchcase(mutant.module, self.module):
             return False
         if self.kind:
-            return KINDS[self.kind](found.before, found.after)
+            return KINDS[self.kind](found)
         return (mutant.function, found.before, found.after) == (
             self.function, self.before.strip(), self.after.strip())
 
