@@ -77,7 +77,7 @@ def pending(oldest: int | None, now: int, limit: int = PENDING_AGE_LIMIT) -> Che
     if oldest is None:
         return Check("pending", True, "nothing pending")
     age = max(0, now - oldest)
-    text = f"oldest pending event is {format_duration(age) if age else '0s'} old"
+    text = f"oldest pending event is {format_duration(age)} old"
     if age > limit:
         return Check("pending", False, f"{text} (limit {format_duration(limit)}): "
                                        "are runs happening?")

@@ -189,7 +189,7 @@ class Owed:
 def _take(repeats: Schedule, first: int, count: int) -> list[int]:
     """The first ``count`` occurrences from ``first`` on (all known to exist)."""
     taken = [first] if count > 0 else []
-    while 0 < len(taken) < count:
+    while len(taken) < count:  # empty only when count is not positive
         following = repeats.after(taken[-1])
         if following is None:
             break

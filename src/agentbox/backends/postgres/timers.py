@@ -35,7 +35,7 @@ def get(box: Box, name: str) -> Timer | None:
     return found[0] if found else None
 
 
-def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool = False) -> AddOutcome:
+def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool) -> AddOutcome:
     """Add a timer inside the caller's transaction, as :func:`rules.on_add` allows."""
     outcome = rules.on_add(get(tx, spec.name), spec, replace)
     if outcome == "unchanged":
@@ -55,7 +55,7 @@ def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool = False) -> AddOutco
 
 
 def add(conn: Connection[Any], box_id: int, spec: TimerSpec, now: int,
-        replace: bool = False) -> AddOutcome:
+        replace: bool) -> AddOutcome:
     with locked(conn, box_id) as (tx, _):
         return add_in(tx, spec, now, replace)
 
@@ -72,7 +72,7 @@ def remove(conn: Connection[Any], box_id: int, name: str, now: int) -> bool:
         return True
 
 
-def listing(box: Box, include_done: bool = False) -> list[Timer]:
+def listing(box: Box, include_done: bool) -> list[Timer]:
     return _select(box, ("" if include_done else "AND NOT done") + " ORDER BY due, name")
 
 

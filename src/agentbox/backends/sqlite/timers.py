@@ -32,7 +32,7 @@ def get(conn: sqlite3.Connection, name: str) -> Timer | None:
 
 
 def add_in(conn: sqlite3.Connection, spec: TimerSpec, now: int,
-           replace: bool = False) -> AddOutcome:
+           replace: bool) -> AddOutcome:
     """Add a timer inside the caller's transaction, as :func:`rules.on_add` allows."""
     outcome = rules.on_add(get(conn, spec.name), spec, replace)
     if outcome == "unchanged":
@@ -46,7 +46,7 @@ def add_in(conn: sqlite3.Connection, spec: TimerSpec, now: int,
 
 
 def add(conn: sqlite3.Connection, spec: TimerSpec, now: int,
-        replace: bool = False) -> AddOutcome:
+        replace: bool) -> AddOutcome:
     with write(conn):
         return add_in(conn, spec, now, replace)
 
@@ -63,7 +63,7 @@ def remove(conn: sqlite3.Connection, name: str, now: int) -> bool:
         return True
 
 
-def listing(conn: sqlite3.Connection, include_done: bool = False) -> list[Timer]:
+def listing(conn: sqlite3.Connection, include_done: bool) -> list[Timer]:
     where = "" if include_done else "WHERE done = 0"
     rows = conn.execute(f"SELECT {_COLUMNS} FROM timers {where} ORDER BY due, name")
     return [_row(r) for r in rows.fetchall()]
