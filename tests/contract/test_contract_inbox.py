@@ -73,10 +73,40 @@ def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Sto
 
 
 def test_bad_keys_are_refused_before_anything_is_stored(backend: Store) -> None:
-    for source, source_id in (("", "1"), ("s", ""), ("s", "a\x00")):
-        with pytest.raises(BadInput):
+    for source, source_id, why in (
+            ("", "1", "source must be a non-empty string"),
+            ("s", "", "source_id must be a non-empty string"),
+            ("s" * 513, "1", "source is longer than 512 characters"),
+            ("s", "i" * 513, "source_id is longer than 512 characters"),
+            ("s\ud800", "1", "source is not valid UTF-8"),
+            ("s", "\udfff", "source_id is not valid UTF-8"),
+            ("s", "a\x00", "source_id contains a NUL character")):
+        with pytest.raises(BadInput) as refused:
             backend.ingest(source, source_id, "{}", T0)
+        assert str(refused.value) == why
+        with pytest.raises(BadInput):
+            backend.ingest_many([("s", "ok", "{}"), (source, source_id, "{}")], T0)
     assert backend.status().events["pending"] == 0
+
+
+def test_a_key_may_be_512_characters_on_each_side(backend: Store) -> None:
+    longest = ("s" * 512, "i" * 512)
+    stored = backend.ingest(*longest, "{}", T0)
+    assert (stored.outcome, stored.source, stored.source_id) == ("stored", *longest)
+    assert backend.find(*longest) == backend.event(stored.id)
+    assert backend.ingest_many([(*longest, "{}")], T0)[0].outcome == "duplicate"
+
+
+def test_a_refused_delivery_still_names_its_key(backend: Store) -> None:
+    backend.ingest("github", "d-1", '{"pr":12}', T0)
+    backend.ingest("github", "d-2", '{"pr":13}', T0)
+    again = [backend.ingest("github", "d-1", '{"pr":12}', T0 + 1),
+             backend.ingest("github", "d-1", '{"pr":99}', T0 + 1),
+             *backend.ingest_many([("github", "d-2", '{"pr":13}'),
+                                   ("github", "d-2", '{"pr":0}')], T0 + 1)]
+    assert [(r.outcome, r.source, r.source_id) for r in again] == [
+        ("duplicate", "github", "d-1"), ("conflict", "github", "d-1"),
+        ("duplicate", "github", "d-2"), ("conflict", "github", "d-2")]
 
 
 def test_dead_lists_buried_events_with_their_error_and_replay_revives_them(

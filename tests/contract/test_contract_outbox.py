@@ -6,6 +6,8 @@ import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.rules.outbox import RESEND_BACKOFF, Dispatch, Wait
+from agentbox.rules.records import OUTBOX_STATES
+from agentbox.rules.retention import Cutoffs
 from agentbox.store import Store
 from support.clock import T0
 from support.store import outbox_states, say
@@ -133,6 +135,8 @@ def test_the_tries_of_a_key_are_bounded_then_it_is_parked_uncertain(backend: Sto
         assert backend.settle_dispatch(found.key, outcome, now + 1, "no word", attempt=attempt)
         now = max(found.deadline, now + 1 + RESEND_BACKOFF * 2) + 1
     assert outbox_states(backend) == ["uncertain"]  # after 3 tries: an operator decides
+    [parked] = backend.outbox()
+    assert parked.error == "no word (try 3 of 3: no more tries)"
     assert wait(backend, now + 10 * GAP, max_tries=3).held == 0  # never tried again
     assert backend.resolve_dispatch(found.key, True, now) == 1
 
@@ -149,6 +153,9 @@ def test_a_dispatcher_that_always_dies_is_not_retried_for_ever(backend: Store) -
     assert [tries for _, tries in keys] == [1, 2, 3]
     assert len({key for key, _ in keys}) == 1
     assert outbox_states(backend) == ["uncertain"]
+    [parked] = backend.outbox()
+    assert parked.error == ("claim deadline passed with the outcome unknown after try 3 of 3: "
+                            "no more tries")
 
 
 def test_a_first_try_that_failed_still_frees_its_rows(backend: Store) -> None:
@@ -180,14 +187,16 @@ def test_an_abandoned_at_most_once_claim_is_parked_not_resent(backend: Store) ->
     first = dispatch(backend, T0, "at-most-once")  # the dispatcher dies
     assert wait(backend, first.deadline + 1, "at-most-once").held == 0
     assert outbox_states(backend) == ["uncertain"]
+    assert backend.outbox()[0].error == "claim deadline passed with the outcome unknown"
     assert backend.resolve_dispatch(first.key, True, first.deadline + 2) == 1
     [message] = backend.outbox(("sent",))
     assert message.dispatch_key == first.key
 
 
 def test_resolve_refuses_what_it_cannot_resolve(backend: Store) -> None:
-    with pytest.raises(BadInput):
+    with pytest.raises(BadInput) as refused:
         backend.resolve_dispatch("no-such-key", True, T0)
+    assert str(refused.value) == "no dispatch with key 'no-such-key'"
     say(backend, T0, "hello")
     sent = dispatch(backend, T0)
     backend.settle_dispatch(sent.key, "sent", T0, attempt=1)
@@ -211,3 +220,101 @@ def test_dispatch_keys_are_never_reused(backend: Store) -> None:
         backend.settle_dispatch(found.key, "failed" if n % 2 else "sent", T0 + n * GAP,
                                 attempt=1)
     assert len(keys) == 4
+
+
+def test_a_resend_is_the_same_try_count_for_every_word(backend: Store) -> None:
+    """A take-over's try number is the one a settle must name, whatever the word."""
+    for n, (word, state) in enumerate((("failed", "sending"), ("unknown", "sending"),
+                                       ("sent", "sent"))):
+        start = T0 + n * 10 * GAP  # each word's key starts afresh, past the gap
+        say(backend, start, f"for {word}")
+        first = dispatch(backend, start)
+        resend = dispatch(backend, first.deadline + 1)  # the first dispatcher died
+        assert (resend.key, resend.tries) == (first.key, 2)
+        settle_at = first.deadline + 2
+        if word != "sent":  # a certain delivery counts from any try
+            assert not backend.settle_dispatch(resend.key, word, settle_at, attempt=1)
+            assert not backend.settle_dispatch(resend.key, word, settle_at, attempt=3)
+        assert backend.settle_dispatch(resend.key, word, settle_at, "no", attempt=2)
+        [message] = [m for m in backend.outbox(OUTBOX_STATES) if m.body == f"for {word}"]
+        assert message.state == state
+        if word != "sent":
+            third = dispatch(backend, settle_at + RESEND_BACKOFF + TIMEOUT * 2)
+            assert (third.key, third.tries) == (first.key, 3)
+            assert backend.settle_dispatch(third.key, "sent", third.deadline, attempt=3)
+
+
+def test_a_resend_keeps_the_urgency_of_its_claim(backend: Store) -> None:
+    say(backend, T0, "the site is down", urgent=True)
+    first = dispatch(backend, T0)
+    assert first.urgent
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, attempt=1)
+    resend = dispatch(backend, first.deadline + 1)
+    assert (resend.key, resend.urgent, resend.tries) == (first.key, True, 2)
+    say(backend, T0, "routine")
+    calm = backend.settle_dispatch(resend.key, "sent", first.deadline + 2, attempt=2)
+    assert calm and not dispatch(backend, first.deadline + 3 + GAP).urgent
+
+
+def test_an_operator_who_says_sent_restarts_the_gap_from_that_claim(backend: Store) -> None:
+    say(backend, T0, "first")
+    early = dispatch(backend, T0)
+    backend.settle_dispatch(early.key, "sent", T0, attempt=1)
+    later = T0 + 2 * GAP
+    say(backend, later, "second")
+    parked = dispatch(backend, later, "at-most-once")
+    backend.settle_dispatch(parked.key, "unknown", later + 1, attempt=1)
+    assert backend.resolve_dispatch(parked.key, True, later + 100) == 1
+    [message] = backend.outbox(("sent",))[1:]
+    assert (message.body, message.sent_at, message.error) == ("second", later, None)
+    say(backend, later + 200, "third")
+    assert wait(backend, later + GAP - 1).until == later + GAP  # counted from the claim
+    assert dispatch(backend, later + GAP).body == "third"
+
+
+def test_messages_resolved_unsent_were_never_sent(backend: Store) -> None:
+    say(backend, T0, "hello")
+    parked = dispatch(backend, T0, "at-most-once")
+    backend.settle_dispatch(parked.key, "unknown", T0 + 1, "timed out", attempt=1)
+    [message] = backend.outbox()
+    assert (message.state, message.sent_at, message.error) == ("uncertain", None, "timed out")
+    backend.resolve_dispatch(parked.key, False, T0 + 5)
+    [message] = backend.outbox()
+    assert (message.state, message.sent_at, message.dispatch_key) == ("held", None, None)
+    again = dispatch(backend, T0 + 6, "at-most-once")  # no send to count a gap from
+    assert (again.body, again.tries) == ("hello", 1) and again.key != parked.key
+
+
+def test_a_late_sent_word_records_when_it_came(backend: Store) -> None:
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)  # its dispatcher stalls past the deadline
+    second = dispatch(backend, first.deadline + 1)
+    assert backend.settle_dispatch(second.key, "unknown", first.deadline + 2, attempt=2)
+    assert backend.settle_dispatch(first.key, "sent", first.deadline + 5, attempt=1)
+    [message] = backend.outbox(("sent",))
+    assert (message.sent_at, message.dispatch_key) == (first.deadline + 5, first.key)
+
+
+def test_a_dispatch_is_finished_when_it_is_settled(backend: Store) -> None:
+    """Prune lets a settled dispatch go by when it finished (``keep_sent`` after)."""
+    say(backend, T0, "hello")
+    sent = dispatch(backend, T0)
+    backend.settle_dispatch(sent.key, "sent", T0 + 40, attempt=1)
+    say(backend, T0 + 50, "again")
+    failed = backend.claim_dispatch(T0 + 50, "at-least-once", 0, TIMEOUT)
+    assert isinstance(failed, Dispatch)
+    backend.settle_dispatch(failed.key, "failed", T0 + 70, "exit 1", attempt=1)
+    counts = [backend.prunable(Cutoffs(T0 + 100, 0, 0, at, 0)).dispatches
+              for at in (T0 + 40, T0 + 41, T0 + 70, T0 + 71)]
+    assert counts == [0, 1, 1, 2]
+
+
+def test_a_gap_of_zero_sends_whenever_something_is_held(backend: Store) -> None:
+    for n in range(3):
+        say(backend, T0, f"m{n}")
+        found = backend.claim_dispatch(T0, "at-least-once", 0, TIMEOUT)
+        assert isinstance(found, Dispatch) and found.body == f"m{n}"
+        assert backend.settle_dispatch(found.key, "sent", T0, attempt=1)
+    with pytest.raises(BadInput) as refused:
+        backend.claim_dispatch(T0, "at-least-once", -1, TIMEOUT)
+    assert str(refused.value) == "the gap cannot be negative and the timeout must be positive"

@@ -207,6 +207,14 @@ def test_timer_history_keeps_its_last_keep_done(backend: Store) -> None:
     assert [t.name for t in backend.timers()] == ["hourly"]
 
 
+def test_a_removed_timer_s_history_goes_too(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="once", due=T0 + 60, every=None), T0)
+    assert backend.remove_timer("once", T0 + 1)
+    cut = cutoffs(T0 + 2 + KEEP, POLICY)
+    assert backend.prunable(cut).timer_history == 2  # added, removed
+    assert backend.prunable(cutoffs(T0 + 1 + KEEP, POLICY)).timer_history == 1
+
+
 def test_space_is_handed_back_until_none_is_left(backend: Store) -> None:
     done_events(backend, 200)
     prune(backend, LATER)  # hands back what it can

@@ -186,6 +186,17 @@ def test_finish_writes_the_whole_answer_or_nothing(backend: Store) -> None:
     assert [m.body for m in backend.outbox(limit=1)] == ["hi"]
 
 
+def test_a_follow_up_re_arms_a_live_one_off_timer_of_its_name(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="check-back", due=T0 + 500, every=None), T0)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    backend.acquire("A", T0, TTL)
+    backend.claim("A", 1, T0, POLICY)
+    answer = Answer(timers=(FollowUp("check-back", 60, '{"n":2}'),))
+    assert backend.finish("A", 1, T0 + 1, [event_id], answer)
+    assert [(t.name, t.due, t.payload) for t in backend.timers()] == [
+        ("check-back", T0 + 61, '{"n":2}')]
+
+
 def test_interrupt_gives_the_attempt_back_and_never_buries(backend: Store) -> None:
     policy = Policy(lease_ttl=TTL, max_attempts=2)
     ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(2)]

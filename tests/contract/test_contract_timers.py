@@ -29,11 +29,13 @@ def fired(store: Store, name: str, at: int) -> dict[str, object]:
 def test_add_is_idempotent_and_a_change_needs_replace(backend: Store) -> None:
     assert backend.add_timer(DIGEST, T0) == "added"
     assert backend.add_timer(DIGEST, T0 + 5) == "unchanged"
+    assert backend.timers()[0].created_at == T0  # an unchanged re-add writes nothing
     changed = TimerSpec(name="digest", due=T0, every=DAY, payload='{"task":"other"}')
     with pytest.raises(NotAsAsked):
         backend.add_timer(changed, T0)
-    assert backend.add_timer(changed, T0, replace=True) == "replaced"
+    assert backend.add_timer(changed, T0 + 9, replace=True) == "replaced"
     [timer] = backend.timers()
+    assert timer.created_at == T0 + 9
     assert (timer.name, timer.due, timer.every, timer.payload, timer.catch_up) == (
         "digest", T0, DAY, '{"task":"other"}', "coalesce")
     assert backend.status().next_timer == timer
@@ -260,6 +262,68 @@ def test_catch_up_each_of_a_cron_timer_is_bounded(backend: Store) -> None:
 
 def test_a_follow_up_cannot_replace_a_cron_schedule(backend: Store) -> None:
     backend.add_timer(WEEKDAYS, T0)
-    with pytest.raises(BadInput, match="recurring schedule"):
+    with pytest.raises(BadInput) as refused:
         backend.add_timer(TimerSpec(name="standup", due=T0 + 60, every=None, follow_up=True), T0)
+    assert str(refused.value) == ("a follow-up timer cannot replace timer 'standup': it is a "
+                                  "recurring schedule")
     assert backend.timers()[0].cron == "0 8 * * 1-5"
+
+
+# -- the bounds of a timer, and what a run's follow-up may replace -------------
+
+def test_a_timer_name_is_one_to_two_hundred_characters_without_nul(backend: Store) -> None:
+    longest = "n" * 200
+    assert backend.add_timer(TimerSpec(name=longest, due=T0, every=None), T0) == "added"
+    for name in ("", "n" * 201):
+        with pytest.raises(BadInput) as refused:
+            backend.add_timer(TimerSpec(name=name, due=T0, every=None), T0)
+        assert str(refused.value) == "a timer name is 1-200 characters without NUL"
+    for name in ("a\x00b", "\x00"):  # PostgreSQL refuses any NUL text before the rule does
+        with pytest.raises(BadInput, match="NUL"):
+            backend.add_timer(TimerSpec(name=name, due=T0, every=None), T0)
+    assert [t.name for t in backend.timers()] == [longest]
+
+
+def test_an_interval_is_at_least_a_second(backend: Store) -> None:
+    for every in (0, -60):
+        with pytest.raises(BadInput) as refused:
+            backend.add_timer(TimerSpec(name="x", due=T0, every=every), T0)
+        assert str(refused.value) == "a timer's interval must be a positive number of seconds"
+    assert backend.add_timer(TimerSpec(name="x", due=T0, every=1), T0) == "added"
+    assert backend.tick(T0 + 2) == 1
+    assert fired(backend, "x", T0 + 2)["skipped"] == 2
+    assert backend.timers()[0].due == T0 + 3
+
+
+def test_a_follow_up_re_arms_a_one_off_but_never_an_approval_expiry(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="nudge", due=T0 + 60, every=None), T0)
+    follow_up = TimerSpec(name="nudge", due=T0 + 600, every=None, follow_up=True)
+    assert backend.add_timer(follow_up, T0, replace=True) == "replaced"
+    assert [(t.name, t.due) for t in backend.timers()] == [("nudge", T0 + 600)]
+    backend.request_approval("refund-1", T0, H, "refund")
+    with pytest.raises(BadInput) as refused:
+        backend.add_timer(follow_up._replace(name="expire:refund-1"), T0, replace=True)
+    assert str(refused.value) == ("a follow-up timer cannot replace timer 'expire:refund-1': "
+                                  "it is an approval's expiry")
+    assert {t.name: t.due for t in backend.timers()} == {"nudge": T0 + 600,
+                                                         "expire:refund-1": T0 + H}
+
+
+def test_a_live_timer_changes_only_with_replace(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="once", due=T0 + 60, every=None), T0)
+    with pytest.raises(NotAsAsked) as refused:
+        backend.add_timer(TimerSpec(name="once", due=T0 + 90, every=None), T0)
+    assert str(refused.value) == ("timer 'once' exists with a different schedule or payload; "
+                                  "use --replace to change it")
+    assert backend.tick(T0 + 60) == 1  # spent: re-adding it needs no --replace
+    assert backend.add_timer(TimerSpec(name="once", due=T0 + 90, every=None), T0 + 61) == "added"
+    assert backend.timers()[0].due == T0 + 90
+
+
+def test_re_adding_a_schedule_names_its_due_time_only_with_replace(backend: Store) -> None:
+    backend.add_timer(DIGEST, T0)
+    backend.tick(T0)  # the timer moved on to T0 + DAY
+    assert backend.add_timer(DIGEST, T0 + 1) == "unchanged"  # the due time moves as it fires
+    assert backend.add_timer(DIGEST, T0 + 1, replace=True) == "replaced"  # re-arms T0 on purpose
+    assert backend.timers()[0].due == T0
+    assert backend.add_timer(DIGEST, T0 + 2, replace=True) == "unchanged"

@@ -1,0 +1,138 @@
+"""Store contract: what an approval request, its answer and its expiry leave behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentbox.errors import BadInput, NotAsAsked
+from agentbox.rules.approvals import Approval
+from agentbox.rules.timers import TimerSpec
+from agentbox.store import Store
+from support.clock import T0
+
+H = 3_600
+
+
+def outcome_event(store: Store, request_id: str) -> dict[str, object]:
+    """The payload of the one event under the approval's key, as a handler reads it."""
+    event = store.find("approval", request_id)
+    assert event is not None, f"no outcome event for {request_id}"
+    return dict(json.loads(event.payload))
+
+
+def test_the_expiry_timer_is_due_when_the_request_expires(backend: Store) -> None:
+    assert backend.request_approval("refund-1", T0, 4 * H, "refund order 1")
+    [timer] = backend.timers()
+    assert (timer.name, timer.due, timer.every, timer.done) == (
+        "expire:refund-1", T0 + 4 * H, None, False)
+    assert backend.tick(T0) == 0 and backend.tick(T0 + 4 * H - 1) == 0
+    assert backend.find("approval", "refund-1") is None
+    assert backend.tick(T0 + 4 * H) == 1
+    [spent] = backend.timers(include_done=True)
+    assert spent.done
+
+
+def test_an_expiry_tells_the_handler_which_request_and_action(backend: Store) -> None:
+    backend.request_approval("refund-1", T0, H, "refund order 1")
+    backend.tick(T0 + H)
+    assert outcome_event(backend, "refund-1") == {
+        "approval": "refund-1", "answer": "expired", "action": "refund order 1",
+        "timer": "expire:refund-1", "scheduled_for": T0 + H, "late_by": 0, "skipped": 0}
+    assert backend.answer_approval("refund-1", "yes", T0 + H + 1) == "expired"
+
+
+def test_an_answer_tells_the_handler_which_request_and_action(backend: Store) -> None:
+    backend.request_approval("refund-2", T0, H, "refund order 2")
+    assert backend.answer_approval("refund-2", "no", T0 + 10) == "no"
+    assert outcome_event(backend, "refund-2") == {
+        "approval": "refund-2", "answer": "no", "action": "refund order 2"}
+
+
+def test_an_expiry_must_be_at_least_a_second_away(backend: Store) -> None:
+    for seconds in (0, -5):
+        with pytest.raises(BadInput) as refused:
+            backend.request_approval("refund-1", T0, seconds, "refund")
+        assert str(refused.value) == (
+            "an approval must expire a positive number of seconds from now")
+    assert backend.approvals(T0) == [] and backend.timers() == []
+    assert backend.request_approval("refund-1", T0, 1, "refund")
+    assert [a.outcome for a in backend.approvals(T0)] == ["pending"]
+    assert [a.outcome for a in backend.approvals(T0 + 1)] == ["expired"]
+
+
+def test_a_reply_is_yes_or_no(backend: Store) -> None:
+    backend.request_approval("refund-1", T0, H, "refund")
+    with pytest.raises(BadInput) as refused:
+        backend.answer_approval("refund-1", "maybe", T0)
+    assert str(refused.value) == "an answer is yes or no, not 'maybe'"
+    assert backend.find("approval", "refund-1") is None
+
+
+@pytest.mark.parametrize("payload", ['{"note":"typed by hand"}', '{"answer":"maybe"}',
+                                     '{"answer":["yes"]}', "[]"],
+                         ids=["no-answer", "other-answer", "answer-not-text", "not-object"])
+def test_an_event_under_the_key_that_is_no_answer_stands_as_unknown(backend: Store,
+                                                                    payload: str) -> None:
+    backend.request_approval("refund-1", T0, H, "refund")
+    assert backend.ingest("approval", "refund-1", payload, T0 + 1).outcome == "stored"
+    assert backend.answer_approval("refund-1", "yes", T0 + 2) == "unknown"
+    [pending] = backend.approvals(T0 + 2)  # no outcome stored: pending, then expired
+    assert pending.outcome == "pending"
+    assert backend.approvals(T0 + H)[0].outcome == "expired"
+
+
+def test_the_listing_and_an_answer_agree_at_the_deadline(backend: Store) -> None:
+    backend.request_approval("refund-1", T0, H, "refund")
+    backend.request_approval("refund-2", T0, H, "refund")
+    assert [a.outcome for a in backend.approvals(T0 + H - 1)] == ["pending", "pending"]
+    assert [a.outcome for a in backend.approvals(T0 + H)] == ["expired", "expired"]
+    assert backend.answer_approval("refund-1", "yes", T0 + H) == "expired"
+    assert backend.answer_approval("refund-2", "yes", T0 + H - 1) == "yes"
+
+
+def test_the_listing_says_when_each_request_was_made_and_answered(backend: Store) -> None:
+    backend.request_approval("b-later", T0 + 5, H, "second")
+    backend.request_approval("a-first", T0, 2 * H, "first")
+    backend.request_approval("c-same-time", T0 + 5, H, "third")
+    assert backend.answer_approval("b-later", "yes", T0 + 60) == "yes"
+    backend.tick(T0 + 2 * H)  # a-first and c-same-time expire, b-later's expiry finds it taken
+    assert backend.approvals(T0 + 2 * H) == [
+        Approval("a-first", "first", T0, T0 + 2 * H, "expired", T0 + 2 * H),
+        Approval("b-later", "second", T0 + 5, T0 + 5 + H, "yes", T0 + 60),
+        Approval("c-same-time", "third", T0 + 5, T0 + 5 + H, "expired", T0 + 2 * H)]
+    backend.request_approval("d-open", T0 + 3 * H, H, "fourth")
+    assert backend.approvals(T0 + 3 * H)[-1] == Approval(
+        "d-open", "fourth", T0 + 3 * H, T0 + 4 * H, "pending", None)
+
+
+def test_the_expiry_of_a_pending_request_cannot_be_removed(backend: Store) -> None:
+    backend.request_approval("refund-1", T0, H, "refund")
+    with pytest.raises(NotAsAsked) as refused:
+        backend.remove_timer("expire:refund-1", T0 + 1)
+    assert str(refused.value) == ("timer 'expire:refund-1' is the expiry of approval "
+                                  "'refund-1'; it goes when it fires")
+    backend.tick(T0 + H)
+    assert backend.remove_timer("expire:refund-1", T0 + H + 1)  # spent: it may go
+    assert backend.timers(include_done=True) == []
+
+
+def test_a_later_answer_leaves_the_outcome_and_its_story_alone(backend: Store) -> None:
+    backend.request_approval("refund-1", T0, H, "refund")
+    assert backend.answer_approval("refund-1", "yes", T0 + 1) == "yes"
+    event = backend.find("approval", "refund-1")
+    assert event is not None
+    assert backend.answer_approval("refund-1", "no", T0 + 2) == "yes"
+    backend.tick(T0 + H)  # the expiry finds the outcome taken too
+    assert [e.action for e in backend.story(event.id)] == ["stored"]
+    assert backend.find("approval", "refund-1") == event
+
+
+def test_a_request_takes_over_a_timer_of_its_expiry_s_name(backend: Store) -> None:
+    """Without its expiry an unanswered request would never come back to the agent."""
+    backend.add_timer(TimerSpec(name="expire:refund-1", due=T0 + 60, every=None), T0)
+    assert backend.request_approval("refund-1", T0, H, "refund")
+    [timer] = backend.timers()
+    assert (timer.name, timer.due, timer.event_source, timer.event_id) == (
+        "expire:refund-1", T0 + H, "approval", "refund-1")
