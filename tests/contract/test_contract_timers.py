@@ -139,6 +139,7 @@ def test_timer_events_lists_what_a_timer_fired_and_nothing_else(backend: Store) 
 
 
 @pytest.mark.parametrize(("limit", "owed", "alone", "coalesced"), [
+    (3, 2, 2, None),   # under the limit: one event apiece
     (3, 3, 3, None),   # exactly the limit: one event apiece, none coalesced
     (3, 4, 2, 2),      # one past it: limit - 1 apiece, the other 2 in one (skipped 1)
     (1, 2, 0, 2),      # a limit of one coalesces every catch-up burst
