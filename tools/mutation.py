@@ -131,10 +131,10 @@ def change(mutant: Mutant) -> Change:
 
 # -- equivalents --------------------------------------------------------------
 
-SQL_KEYWORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|WHERE|FROM|SET|"
-                         r"VALUES|ORDER BY|LIMIT|RETURNING|PRAGMA)\b", re.IGNORECASE)
-# what SQL reads case by case: quoted values, and the names of parameters
-SQL_EXACT = re.compile(r"'[^']*'|%\(\w+\)s|:\w+")
+SQL_KEYWORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|WHERE|FROM|SET|AND|OR|"
+                         r"NOT|VALUES|ORDER BY|LIMIT|RETURNING|PRAGMA)\b", re.IGNORECASE)
+# what SQL reads case by case: quoted values, and parameters (named or not)
+SQL_EXACT = re.compile(r"'[^']*'|%\(\w+\)s|%s|:\w+")
 
 
 def sql_case_only(found: Change) -> bool:
