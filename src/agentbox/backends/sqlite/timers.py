@@ -46,7 +46,7 @@ def add_in(conn: sqlite3.Connection, spec: TimerSpec, now: int,
 
 
 def add(conn: sqlite3.Connection, spec: TimerSpec, now: int,
-        replace: bool) -> AddOutcome:
+        replace: bool = False) -> AddOutcome:
     with write(conn):
         return add_in(conn, spec, now, replace)
 
