@@ -7,7 +7,8 @@ Each benchmark is a script of its own, run here in a fresh process of this
 same interpreter. The figures of the latest run are kept in
 bench/results/latest.json, with the date and a description of the machine;
 ``--markdown`` prints them as a markdown table (running nothing), and
-``--update-readme`` writes that table into bench/README.md.
+``--update-readme`` writes that table into bench/README.md and
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "tim
            "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year", "pg_ingest",
            "pg_run_cycle", "pg_scale", "pg_pool")
 LATEST = BENCH / "results" / "latest.json"
-README = BENCH / "README.md"
+# The pages that show the latest full run's table, between the START and END marks.
+PAGES = (BENCH / "README.md", BENCH.parent / "docs" / "performance.md")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
@@ -103,13 +105,14 @@ def markdown(saved: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
-    readme = README.read_text(encoding="utf-8")
-    if START not in readme or END not in readme:
-        raise SystemExit(f"{README.name} has no {START} … {END} block to fill")
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    README.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
+def update_pages(text: str) -> None:
+    for page in PAGES:
+        content = page.read_text(encoding="utf-8")
+        if START not in content or END not in content:
+            raise SystemExit(f"{page.name} has no {START} … {END} block to fill")
+        before, rest = content.split(START, 1)
+        _, after = rest.split(END, 1)
+        page.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
 
 
 def main() -> int:
@@ -129,7 +132,8 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true",
                         help="print the latest run as a markdown table; runs nothing")
     parser.add_argument("--update-readme", action="store_true",
-                        help="with --markdown: write the table into bench/README.md")
+                        help="with --markdown: write the table into bench/README.md and "
+                        "docs/performance.md")
     args = parser.parse_args()
 
     if args.markdown:
@@ -137,7 +141,7 @@ def main() -> int:
             raise SystemExit("no run recorded yet: run `python bench/run.py` first")
         text = markdown(json.loads(LATEST.read_text(encoding="utf-8")))
         if args.update_readme:
-            update_readme(text)
+            update_pages(text)
         print(text)
         return 0
 
