@@ -129,10 +129,17 @@ def test_a_later_answer_leaves_the_outcome_and_its_story_alone(backend: Store) -
     assert backend.find("approval", "refund-1") == event
 
 
-def test_a_request_takes_over_a_timer_of_its_expiry_s_name(backend: Store) -> None:
+def test_no_timer_of_one_s_own_takes_an_expiry_s_name(backend: Store) -> None:
     """Without its expiry an unanswered request would never come back to the agent."""
-    backend.add_timer(TimerSpec(name="expire:refund-1", due=T0 + 60, every=None), T0)
+    mine = TimerSpec(name="expire:refund-1", due=T0 + 60, every=None)
+    with pytest.raises(BadInput) as refused:
+        backend.add_timer(mine, T0)
+    assert str(refused.value) == "timer names beginning 'expire:' are kept for approvals' expiries"
+    assert backend.timers() == []
     assert backend.request_approval("refund-1", T0, H, "refund")
+    for replacing in (mine, mine._replace(follow_up=True)):  # by an operator, or by a run
+        with pytest.raises(BadInput, match="kept for approvals' expiries"):
+            backend.add_timer(replacing, T0, replace=True)
     [timer] = backend.timers()
     assert (timer.name, timer.due, timer.event_source, timer.event_id) == (
         "expire:refund-1", T0 + H, "approval", "refund-1")

@@ -304,8 +304,8 @@ def test_a_follow_up_re_arms_a_one_off_but_never_an_approval_expiry(backend: Sto
     backend.request_approval("refund-1", T0, H, "refund")
     with pytest.raises(BadInput) as refused:
         backend.add_timer(follow_up._replace(name="expire:refund-1"), T0, replace=True)
-    assert str(refused.value) == ("a follow-up timer cannot replace timer 'expire:refund-1': "
-                                  "it is an approval's expiry")
+    assert str(refused.value) == ("timer names beginning 'expire:' are kept for approvals' "
+                                  "expiries")
     assert {t.name: t.due for t in backend.timers()} == {"nudge": T0 + 600,
                                                          "expire:refund-1": T0 + H}
 

@@ -109,7 +109,7 @@ def test_a_follow_up_re_arms_one_offs_only(store):
     with pytest.raises(BadInput, match="recurring schedule"):
         timers.add(conn, FollowUp("daily", 60).to_timer(T0), T0, replace=True)
     assert approvals.request(conn, "r1", T0, 3600, "refund")
-    with pytest.raises(BadInput, match="approval's expiry"):
+    with pytest.raises(BadInput, match="kept for approvals' expiries"):
         timers.add(conn, FollowUp("expire:r1", 60).to_timer(T0), T0, replace=True)
 
 

@@ -132,6 +132,18 @@ def test_an_approval_expiry_cannot_be_removed(cli):
     assert "expire:r1" in listed(cli)
 
 
+def test_an_approval_expiry_cannot_be_replaced_nor_its_name_taken(cli):
+    mine = cli("schedule", "add", "expire:r2", "--at", "+1h", now=T0)
+    assert mine.code == 65
+    assert mine.err == ("agentbox: error: timer names beginning 'expire:' are kept for "
+                        "approvals' expiries\n")
+    request(cli, "r1", T0)
+    due = listed(cli)["expire:r1"]["due"]
+    replaced = cli("schedule", "add", "expire:r1", "--at", "+10d", "--replace", now=T0)
+    assert replaced.code == 65
+    assert listed(cli)["expire:r1"]["due"] == due  # the request still comes back on time
+
+
 def test_re_adding_a_timer(cli):
     add = ("schedule", "add", "digest", "--every", "1d")
     assert cli(*add, now=T0).code == 0

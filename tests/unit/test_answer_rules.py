@@ -47,6 +47,8 @@ REFUSED = [
      "them on every event"),
     ('{"timers":[{"name":"' + LONG_NAME + '","in":"15m"}]}',
      "timers[0]: a timer name is 1-200 characters without NUL"),
+    ('{"timers":[{"name":"expire:r1","in":"15m"}]}',
+     "timers[0]: timer names beginning 'expire:' are kept for approvals' expiries"),
     ('{"timers":[{"in":"15m"}]}', "timers[0].name must be a non-empty string, not null"),
     ('{"timers":[{"name":"t","in":"15m","every":1}]}', "timers[0] has unknown keys: every"),
     ('{"timers":"x"}', "timers must be a list, not a string"),

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical
 from agentbox.rules.keys import check_key
-from agentbox.rules.timers import TimerSpec
+from agentbox.rules.timers import EXPIRY_PREFIX, TimerSpec
 
 
 class Approval(NamedTuple):
@@ -32,7 +32,7 @@ OUTCOMES = (*ANSWERS, "expired")
 
 
 def expiry_timer_name(request_id: str) -> str:
-    return f"expire:{request_id}"
+    return f"{EXPIRY_PREFIX}{request_id}"
 
 
 def check_request(request_id: str, expires_in: int) -> None:

@@ -57,6 +57,10 @@ class Timer(NamedTuple):
 
 
 MAX_NAME_LENGTH = 200
+# Timers named so are approvals' expiries (rules.approvals.expiry_timer_name) and are made
+# only by a request: a timer of one's own under such a name could replace a pending
+# expiry, so that the request never comes back, or be taken over by a later request.
+EXPIRY_PREFIX = "expire:"
 # Keys the scheduler writes into every timer event; a payload may not carry them.
 RESERVED_KEYS = ("timer", "scheduled_for", "late_by", "skipped")
 SOURCE = "timer"
@@ -70,6 +74,9 @@ def check_catch_up(mode: str) -> None:
 def check_spec(spec: TimerSpec) -> None:
     if not spec.name or len(spec.name) > MAX_NAME_LENGTH or "\x00" in spec.name:
         raise BadInput(f"a timer name is 1-{MAX_NAME_LENGTH} characters without NUL")
+    if spec.name.startswith(EXPIRY_PREFIX) and spec.event_source is None:
+        raise BadInput(f"timer names beginning {EXPIRY_PREFIX!r} are kept for approvals' "
+                       "expiries")
     check_catch_up(spec.catch_up)
     if spec.every is not None and spec.every <= 0:
         raise BadInput("a timer's interval must be a positive number of seconds")
@@ -108,17 +115,16 @@ def on_add(existing: Timer | None, spec: TimerSpec, replace: bool) -> AddOutcome
 
     Without ``replace`` a live timer of the same name must be unchanged; a
     one-off that already fired is spent and may be re-added freely. A run's
-    follow-up may re-arm a one-off timer but never replaces a schedule or an
-    approval's expiry.
+    follow-up may re-arm a one-off timer but never replaces a schedule. (No
+    timer but a request's own may take an approval's expiry's name: see
+    :data:`EXPIRY_PREFIX`.)
     """
     check_spec(spec)
     if existing is not None and _same(existing, spec, exact=replace):
         return "unchanged"
-    if existing is not None and spec.follow_up and (existing.recurring
-                                                    or existing.event_source is not None):
+    if existing is not None and spec.follow_up and existing.recurring:
         raise BadInput(f"a follow-up timer cannot replace timer {spec.name!r}: "
-                       + ("it is a recurring schedule" if existing.recurring
-                          else "it is an approval's expiry"))
+                       "it is a recurring schedule")
     live = existing is not None and not existing.done
     if live and not replace:
         raise NotAsAsked(f"timer {spec.name!r} exists with a different schedule or payload; "
