@@ -50,6 +50,18 @@ def test_an_answer_tells_the_handler_which_request_and_action(backend: Store) ->
         "approval": "refund-2", "answer": "no", "action": "refund order 2"}
 
 
+def test_an_id_fits_its_expiry_timer_s_name(backend: Store) -> None:
+    """193 characters and "expire:" make the longest timer name, 200; one more is refused
+    before anything is stored, not half-way through by the timer's own check."""
+    with pytest.raises(BadInput) as refused:
+        backend.request_approval("r" * 194, T0, H, "refund")
+    assert str(refused.value) == ("an approval id is at most 193 characters: its expiry timer "
+                                  "is named expire:ID, of at most 200")
+    assert backend.approvals(T0) == [] and backend.timers() == []
+    assert backend.request_approval("r" * 193, T0, H, "refund")
+    assert [t.name for t in backend.timers()] == ["expire:" + "r" * 193]
+
+
 def test_an_expiry_must_be_at_least_a_second_away(backend: Store) -> None:
     for seconds in (0, -5):
         with pytest.raises(BadInput) as refused:

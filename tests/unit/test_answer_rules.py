@@ -35,6 +35,9 @@ REFUSED = [
      "approvals[0].id must be a non-empty string, not null"),
     ('{"approvals":[{"id":"' + LONG_ID + '","expires_in":"4h","action":"a"}]}',
      "approvals[0].id: source_id is longer than 512 characters"),
+    ('{"approvals":[{"id":"' + "r" * 194 + '","expires_in":"4h","action":"a"}]}',
+     "approvals[0].id: an approval id is at most 193 characters: its expiry timer is named "
+     "expire:ID, of at most 200"),
     ('{"approvals":[{"id":"r","expires_in":"4h","action":"a","x":1}]}',
      "approvals[0] has unknown keys: x"),
     ('{"approvals":"r"}', "approvals must be a list, not a string"),

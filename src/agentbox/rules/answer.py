@@ -14,8 +14,7 @@ from typing import Any
 from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
-from agentbox.rules.approvals import SOURCE as APPROVAL_SOURCE
-from agentbox.rules.keys import check_key
+from agentbox.rules.approvals import check_request_id
 from agentbox.rules.timers import TimerSpec, check_spec
 
 
@@ -99,7 +98,7 @@ def _approval(item: Any, n: int) -> ApprovalRequest:
     expires_in = _duration(item, "expires_in", f"approvals[{n}]", "4h")
     request_id = _text(item.get("id"), f"approvals[{n}].id")
     try:
-        check_key(APPROVAL_SOURCE, request_id)
+        check_request_id(request_id)
     except BadInput as exc:
         raise BadInput(f"approvals[{n}].id: {exc}") from None
     return ApprovalRequest(request_id, expires_in,

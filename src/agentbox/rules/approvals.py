@@ -14,7 +14,7 @@ from typing import NamedTuple
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical
 from agentbox.rules.keys import check_key
-from agentbox.rules.timers import EXPIRY_PREFIX, TimerSpec
+from agentbox.rules.timers import EXPIRY_PREFIX, MAX_NAME_LENGTH, TimerSpec
 
 
 class Approval(NamedTuple):
@@ -27,6 +27,7 @@ class Approval(NamedTuple):
 
 
 SOURCE = "approval"
+MAX_ID_LENGTH = MAX_NAME_LENGTH - len(EXPIRY_PREFIX)
 ANSWERS = ("yes", "no")
 OUTCOMES = (*ANSWERS, "expired")
 
@@ -35,8 +36,16 @@ def expiry_timer_name(request_id: str) -> str:
     return f"{EXPIRY_PREFIX}{request_id}"
 
 
-def check_request(request_id: str, expires_in: int) -> None:
+def check_request_id(request_id: str) -> None:
+    """An approval's id keys its outcome event and names its expiry timer: both must fit."""
     check_key(SOURCE, request_id)
+    if len(request_id) > MAX_ID_LENGTH:
+        raise BadInput(f"an approval id is at most {MAX_ID_LENGTH} characters: its expiry "
+                       f"timer is named {EXPIRY_PREFIX}ID, of at most {MAX_NAME_LENGTH}")
+
+
+def check_request(request_id: str, expires_in: int) -> None:
+    check_request_id(request_id)
     if expires_in <= 0:
         raise BadInput("an approval must expire a positive number of seconds from now")
 
