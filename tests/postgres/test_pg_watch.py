@@ -6,9 +6,7 @@ as separate hosts would run them.
 
 from __future__ import annotations
 
-import json
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -18,38 +16,18 @@ from typing import Any
 import pytest
 
 from agentbox.backends.postgres.store import PostgresStore
+from support.handler import logged_batches
 from support.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
-# Appends one line per batch: whose inbox, which events, and when it began.
-HANDLER = r'''
-import json, os, sys, time
-batch = json.loads(sys.stdin.read())
-with open(sys.argv[1], "a") as fh:
-    fh.write(json.dumps({"user": batch["user"], "env_user": os.environ["AGENTBOX_USER"],
-                         "ids": [e["id"] for e in batch["events"]], "at": time.time()}) + "\n")
-time.sleep(float(sys.argv[2]))
-'''
 Inbox = Callable[..., PostgresStore]
 
 
-def batches(log: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-@pytest.fixture
-def recorder(tmp_path: Path) -> tuple[list[str], Path]:
-    script = tmp_path / "recorder.py"
-    script.write_text(HANDLER)
-    log = tmp_path / "batches.jsonl"
-    return [sys.executable, str(script), str(log)], log
-
-
 def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_over(
-        start_watcher: Any, recorder: tuple[list[str], Path], pg_url: str,
+        start_watcher: Any, batch_logger: tuple[list[str], Path], pg_url: str,
         open_inbox: Inbox) -> None:
-    argv, log = recorder
+    argv, log = batch_logger
     env = {"AGENTBOX_DB": pg_url}
     first = start_watcher("run", "--watch", "--", *argv, "0", name="first", env=env)
     first.wait_said("watching")
@@ -57,7 +35,7 @@ def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_ove
     began = time.time()
     store.ingest("chat", "m1", "{}", int(began))
     wait_for(lambda: store.status().events["done"] == 1, "the watcher to finish the event")
-    assert batches(log)[0]["at"] - began < 10  # woken by the notification, not a late poll
+    assert logged_batches(log)[0]["at"] - began < 10  # woken by the notification, not a late poll
     standby = start_watcher("run", "--watch", "--", *argv, "0", name="standby", env=env)
     standby.wait_said("standing by")
     assert first.stop(signal.SIGTERM) == 0
@@ -65,13 +43,13 @@ def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_ove
     store.ingest("chat", "m2", "{}", int(time.time()))
     wait_for(lambda: store.status().events["done"] == 2, "the standby to finish the event")
     assert standby.stop(signal.SIGTERM) == 0
-    assert [b["ids"] for b in batches(log)] == [[1], [2]]
+    assert [b["ids"] for b in logged_batches(log)] == [[1], [2]]
 
 
 def test_pools_on_two_hosts_share_every_inbox_and_handle_each_event_once(
-        cli: Any, start_watcher: Any, recorder: tuple[list[str], Path], pg_url: str,
+        cli: Any, start_watcher: Any, batch_logger: tuple[list[str], Path], pg_url: str,
         open_inbox: Inbox) -> None:
-    argv, log = recorder
+    argv, log = batch_logger
     assert cli("config", "set", "--all-users", "max_batch", "2").code == 0
     users = [f"user{n}" for n in range(6)]
 
@@ -87,7 +65,7 @@ def test_pools_on_two_hosts_share_every_inbox_and_handle_each_event_once(
     wait_for(lambda: all(open_inbox(u).status().events["done"] == 5 for u in users),
              "every event of every inbox to be done", 120)
     assert [p.stop(signal.SIGTERM) for p in pools] == [0, 0]
-    seen = Counter((b["user"], i) for b in batches(log) for i in b["ids"])
+    seen = Counter((b["user"], i) for b in logged_batches(log) for i in b["ids"])
     assert sorted(user for user, _ in seen) == sorted(u for u in users for _ in range(5))
     assert set(seen.values()) == {1}  # nothing handled twice
-    assert all(b["env_user"] == b["user"] and len(b["ids"]) <= 2 for b in batches(log))
+    assert all(b["env_user"] == b["user"] and len(b["ids"]) <= 2 for b in logged_batches(log))

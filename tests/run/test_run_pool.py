@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
+from support.handler import logged_batches
 from support.processes import wait_for
 
 pytestmark = pytest.mark.slow
 QUICK = 5.0
-
-# Appends one line per batch: the user it was for, per the environment and the batch.
-HANDLER = r'''
-import json, os, sys, time
-batch = json.loads(sys.stdin.read())
-line = json.dumps({"env_user": os.environ["AGENTBOX_USER"], "user": batch["user"],
-                   "ids": [e["id"] for e in batch["events"]], "at": time.time()})
-with open(sys.argv[1], "a") as fh:
-    fh.write(line + "\n")
-time.sleep(float(sys.argv[2]))
-'''
-
-
-def batches(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
 
 
 def user_store(home: Path, user: str) -> SqliteStore:
@@ -51,17 +32,9 @@ def done(home: Path, user: str) -> int:
         return store.status().events["done"]
 
 
-@pytest.fixture
-def pool_handler(tmp_path: Path) -> tuple[list[str], Path]:
-    script = tmp_path / "pool_handler.py"
-    script.write_text(HANDLER)
-    log = tmp_path / "batches.jsonl"
-    return [sys.executable, str(script), str(log)], log
-
-
 def test_two_processes_share_the_inboxes_and_handle_each_event_once(
-        cli, home, start_watcher, pool_handler) -> None:
-    argv, log = pool_handler
+        cli, home, start_watcher, batch_logger) -> None:
+    argv, log = batch_logger
     assert cli("config", "set", "--all-users", "max_batch", "2").code == 0
     users = [f"user{n}" for n in range(6)]
     for user in users[:4]:
@@ -73,19 +46,19 @@ def test_two_processes_share_the_inboxes_and_handle_each_event_once(
     wait_for(lambda: all(done(home, u) == 5 for u in users), "every event to be done", 120)
     assert [p.stop(signal.SIGTERM) for p in pool] == [0, 0]
 
-    seen = Counter((b["user"], i) for b in batches(log) for i in b["ids"])
+    seen = Counter((b["user"], i) for b in logged_batches(log) for i in b["ids"])
     assert sorted(seen) == sorted((u, i) for u in users for i in range(1, 6))
     assert set(seen.values()) == {1}  # nothing handled twice
-    assert all(b["env_user"] == b["user"] for b in batches(log))  # AGENTBOX_USER per batch
-    assert all(len(b["ids"]) <= 2 for b in batches(log))  # max_batch applies per inbox
+    assert all(b["env_user"] == b["user"] for b in logged_batches(log))  # AGENTBOX_USER per batch
+    assert all(len(b["ids"]) <= 2 for b in logged_batches(log))  # max_batch applies per inbox
     said = [p.printed() for p in pool]
     assert all(line.split(": ", 1)[0] in users for text in said for line in text.splitlines())
     assert all("stopped by SIGTERM" in p.said() for p in pool)
 
 
 def test_a_flooded_inbox_does_not_starve_a_quiet_one(cli, home, start_watcher,
-                                                      pool_handler) -> None:
-    argv, log = pool_handler
+                                                      batch_logger) -> None:
+    argv, log = batch_logger
     assert cli("config", "set", "--all-users", "max_batch", "1").code == 0
     ingest(home, "flood", 500)
     ingest(home, "quiet", 1, "warm-up")  # so the quiet inbox exists from the start
@@ -99,8 +72,8 @@ def test_a_flooded_inbox_does_not_starve_a_quiet_one(cli, home, start_watcher,
     assert done(home, "flood") < 450  # served while the flood was far from drained
     # One batch per inbox per round: the quiet event waited for a flood batch or two
     # (the one under way, and this round's if it came first), not for the flood.
-    [urgent] = [b for b in batches(log) if b["user"] == "quiet" and b["ids"] == [2]]
-    waited = [b for b in batches(log)
+    [urgent] = [b for b in logged_batches(log) if b["user"] == "quiet" and b["ids"] == [2]]
+    waited = [b for b in logged_batches(log)
               if b["user"] == "flood" and ingested_at <= b["at"] < urgent["at"]]
     assert len(waited) <= 3, waited
     assert pool.stop(signal.SIGTERM) == 0
@@ -110,8 +83,8 @@ def test_a_flooded_inbox_does_not_starve_a_quiet_one(cli, home, start_watcher,
 
 
 def test_an_inbox_without_a_handler_is_set_aside_with_one_notice(
-        cli, home, start_watcher, pool_handler) -> None:
-    argv, _ = pool_handler
+        cli, home, start_watcher, batch_logger) -> None:
+    argv, _ = batch_logger
     assert cli("config", "set", "--all-users", "handler", " ".join([*argv, "0"])).code == 0
     # bob's own handler cannot be started: his inbox waits, alice's is served.
     config = home / "config.toml"

@@ -19,7 +19,7 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.store import Store
-from support.handler import HANDLER
+from support.handler import BATCH_LOGGER, HANDLER
 from support.processes import proc_env
 from support.sending import Sender
 from support.watching import Watcher, launch
@@ -90,6 +90,15 @@ def handler(tmp_path: Path) -> list[str]:
     script = tmp_path / "handler.py"
     script.write_text(HANDLER)
     return [sys.executable, str(script)]
+
+
+@pytest.fixture
+def batch_logger(tmp_path: Path) -> tuple[list[str], Path]:
+    """argv of support.handler.BATCH_LOGGER (append its sleep in seconds) and its log."""
+    script = tmp_path / "batch_logger.py"
+    script.write_text(BATCH_LOGGER)
+    log = tmp_path / "batches.jsonl"
+    return [sys.executable, str(script), str(log)], log
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from support.processes import wait_for
 
@@ -64,3 +65,22 @@ def records(path: Path) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# A handler that appends each batch's user, its AGENTBOX_USER, its event ids and the
+# time to the log named by its first argument, then sleeps as long as its second says:
+# what the watching tests read back with logged_batches().
+BATCH_LOGGER = r'''
+import json, os, sys, time
+batch = json.loads(sys.stdin.read())
+line = json.dumps({"env_user": os.environ["AGENTBOX_USER"], "user": batch["user"],
+                   "ids": [e["id"] for e in batch["events"]], "at": time.time()})
+with open(sys.argv[1], "a") as fh:
+    fh.write(line + "\n")
+time.sleep(float(sys.argv[2]))
+'''
+
+
+def logged_batches(log: Path) -> list[dict[str, Any]]:
+    """What BATCH_LOGGER wrote, one dict per batch; none before the first."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
