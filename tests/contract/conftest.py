@@ -49,28 +49,19 @@ def open_inbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opene
 
 @pytest.fixture
 def backend(open_inbox: Opener) -> Iterator[Store]:
-    store = open_inbox("alice")
-    try:
+    with open_inbox("alice") as store:
         yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture
 def other_backend(open_inbox: Opener, backend: Store) -> Iterator[Store]:
     """Another user's inbox beside ``backend`` (on PostgreSQL, in the same schema)."""
-    store = open_inbox("bob")
-    try:
+    with open_inbox("bob") as store:
         yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture
 def twin(open_inbox: Opener, backend: Store) -> Iterator[Store]:
     """A second connection to ``backend``'s own inbox, as another process would open it."""
-    store = open_inbox("alice")
-    try:
+    with open_inbox("alice") as store:
         yield store
-    finally:
-        store.close()
