@@ -365,8 +365,6 @@ def open_store(target: str | os.PathLike[str], user: str, *, synchronous: str = 
     if is_url(target):
         with _postgres_driver():
             from agentbox.backends.postgres.store import PostgresStore
-        if busy_timeout is None:
-            return PostgresStore(str(target), user, synchronous=synchronous, create=create)
         return PostgresStore(str(target), user, synchronous=synchronous, create=create,
                              lock_timeout=busy_timeout)
     from agentbox.backends.sqlite.store import SqliteStore

@@ -98,14 +98,14 @@ def session(target: Target, synchronous: str = "FULL",
         raise translate(exc, target.location) from None
 
 
-def connect(target: Target, synchronous: str = "FULL", lock_timeout: float = LOCK_TIMEOUT_S,
+def connect(target: Target, synchronous: str = "FULL", lock_timeout: float | None = None,
             create: bool = True) -> psycopg.Connection[Any]:
     """Open a session (see :func:`session`) on a schema migrated to this version.
 
-    Without ``create`` a schema that has no tables yet is :class:`NoInbox`,
-    and nothing is made.
+    ``lock_timeout`` defaults to :data:`LOCK_TIMEOUT_S`. Without ``create`` a
+    schema that has no tables yet is :class:`NoInbox`, and nothing is made.
     """
-    conn = session(target, synchronous, lock_timeout)
+    conn = session(target, synchronous, LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout)
     try:
         if not create and _version(conn) is None:
             raise NoInbox(target.location)

@@ -51,7 +51,7 @@ class PostgresStore:
     _instance: str | None = None
 
     def __init__(self, url: str, user: str, *, synchronous: str = "FULL",
-                 lock_timeout: float = db.LOCK_TIMEOUT_S, create: bool = True) -> None:
+                 lock_timeout: float | None = None, create: bool = True) -> None:
         from agentbox.paths import check_user
 
         self.user = check_user(user)
