@@ -197,7 +197,7 @@ def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
             # An earlier try may have delivered: the rows stay under this key.
             conn.execute("UPDATE dispatches SET error = ?, deadline = ? WHERE key = ?",
                          (error, rules.resend_after(now, tries), key))
-            conn.execute("UPDATE outbox SET error = ? WHERE dispatch_key = ?", (error, key))
+            _note_error(conn, key, error)
             history.record(conn, now, "dispatch", key, "failed",
                            detail=rules.retry_detail(tries, max_tries, error))
         elif action == "park":
@@ -206,9 +206,14 @@ def settle(conn: sqlite3.Connection, key: str, outcome: SendOutcome, now: int,
             # at-least-once: the claim stays; the next dispatch after its deadline
             # resends the same rows under the same key.
             conn.execute("UPDATE dispatches SET error = ? WHERE key = ?", (error, key))
-            conn.execute("UPDATE outbox SET error = ? WHERE dispatch_key = ?", (error, key))
+            _note_error(conn, key, error)
             history.record(conn, now, "dispatch", key, "unknown", detail=error)
         return True
+
+
+def _note_error(conn: sqlite3.Connection, key: str, error: str | None) -> None:
+    """The sender's word on the messages of a key that keeps them."""
+    conn.execute("UPDATE outbox SET error = ? WHERE dispatch_key = ?", (error, key))
 
 
 def resolve(conn: sqlite3.Connection, key: str, sent: bool, now: int) -> int:
