@@ -273,10 +273,12 @@ class Worker:
         if events is None:
             return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
                              error=f"lease lost before claiming (generation {generation})")
-        if self.stop.requested:
-            return self._interrupted(generation, [e.id for e in events], fired)
+        # An empty claim is idle even when a stop came meanwhile: nothing was claimed,
+        # so there is nothing to give back and no interrupted run to report.
         if not events:
             return RunReport("idle", EXIT_CODES["idle"], generation, timers_fired=fired)
+        if self.stop.requested:
+            return self._interrupted(generation, [e.id for e in events], fired)
         return self._handle(generation, events, fired)
 
     def _busy_error(self) -> str:
