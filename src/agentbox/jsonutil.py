@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from agentbox.errors import BadInput
@@ -81,8 +82,18 @@ def canonical(value: Any) -> str:
     return text
 
 
+class Canonical(str):
+    """A payload that passed every check, in its canonical spelling.
+
+    Made only by :func:`canonical_object`: a store given one stores it as it
+    is, instead of parsing and checking it a second time.
+    """
+
+    __slots__ = ()
+
+
 def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
-                  what: str = "payload") -> str:
+                  what: str = "payload") -> Canonical:
     """Check a raw event payload and return its canonical form.
 
     The size bound applies to the raw body, before parsing, so an oversized
@@ -97,7 +108,7 @@ def parse_payload(raw: str | bytes, max_bytes: int = DEFAULT_MAX_PAYLOAD,
     return canonical_object(value, what)
 
 
-def canonical_object(value: Any, what: str = "payload") -> str:
+def canonical_object(value: Any, what: str = "payload") -> Canonical:
     """The canonical form of a payload: a JSON object no deeper than MAX_DEPTH."""
     if not isinstance(value, dict):
         raise BadInput(f"{what} must be a JSON object, not {type_name(value)}")
@@ -108,6 +119,21 @@ def canonical_object(value: Any, what: str = "payload") -> str:
     # Depth never exceeds the count of opening brackets, strings' included.
     if text.count("{") + text.count("[") > MAX_DEPTH and text_depth(text) > MAX_DEPTH:
         raise BadInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
+    return Canonical(text)
+
+
+def payload_text(payload: str | Mapping[str, Any],
+                 max_bytes: int = DEFAULT_MAX_PAYLOAD) -> Canonical:
+    """A payload as it is stored: JSON text (any spelling) or an object, checked and
+    canonical, within ``max_bytes``; one already :class:`Canonical` as it is."""
+    if isinstance(payload, Canonical):
+        return payload
+    if isinstance(payload, str):
+        return parse_payload(payload, max_bytes)
+    text = canonical_object(dict(payload))
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise BadInput(f"payload is {size} bytes, over the {max_bytes}-byte limit")
     return text
 
 
