@@ -35,9 +35,9 @@ WORKERS = 8
 
 def worker(path: str, count: int, prefix: str) -> None:
     """One ingesting process: open, wait for go, store ``count`` events, report."""
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
-    store = SqliteStore(path)
+    store = open_store(path, "")
     bodies = [payload(i) for i in range(count)]
     print("ready", flush=True)
     sys.stdin.readline()

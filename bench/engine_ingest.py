@@ -39,11 +39,11 @@ RAW_INSERT = """INSERT INTO events (source, source_id, payload, created_at, upda
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     per_slice, rounds = (10, 6) if args.quick else (25, 80)
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
     with workdir(args, "engine-ingest") as root:
         warn_if_memory(root)
-        store = SqliteStore(make_inbox(root / "engine.sqlite3"))
+        store = open_store(make_inbox(root / "engine.sqlite3"), "")
         raw = raw_connect(plain_inbox(root / "raw.sqlite3"))
         schema = raw_connect(make_inbox(root / "schema.sqlite3"))
         both = raw_connect(make_inbox(root / "both.sqlite3"))

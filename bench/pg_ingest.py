@@ -65,20 +65,20 @@ def main() -> None:
     args = options(__doc__.splitlines()[0])
     url = pglib.server(args)
     per_slice, rounds = (10, 6) if args.quick else (50, 60)
-    from agentbox.backends.postgres.inbox import STORE
-    from agentbox.backends.postgres.store import PostgresStore
+    from agentbox.backends.postgres.engine import _STORE as STORE
+    from agentbox.location import open_store
 
     bodies = [payload(i) for i in range(per_slice * rounds)]
     with (pglib.schema(url, "engine") as engine_url, pglib.schema(url, "plain") as plain_url,
           pglib.schema(url, "schema") as schema_url, pglib.schema(url, "hand") as hand_url,
           pglib.schema(url, "trigger") as trigger_url):
-        store = PostgresStore(engine_url, "bench")
+        store = open_store(engine_url, "bench")
         plain, schema, hand, trigger = (pglib.session(u) for u in (plain_url, schema_url,
                                                                    hand_url, trigger_url))
         plain.execute(PLAIN)
         for statement in TRIGGERED:
             trigger.execute(statement)
-        with PostgresStore(hand_url, "bench") as made:
+        with open_store(hand_url, "bench") as made:
             made.instance_id()  # makes the inbox row the statement writes to
             box = made.inbox_id
 

@@ -31,11 +31,11 @@ from poollib import items, pool_rates, pool_row, users
 def filled(url: str, inboxes: int, home: Path) -> Iterator[dict[str, str]]:
     """A fresh schema holding ``inboxes`` users' inboxes with the pool's pending events;
     the environment that points agentbox at it."""
-    from agentbox.store import open_store
+    from agentbox.location import open_store
 
     with pglib.schema(url, f"pool_{home.name}") as fresh:
         for user in users(inboxes):
-            with open_store(fresh, user, synchronous="OFF") as store:
+            with open_store(fresh, user, durable=False) as store:
                 store.ingest_many(items(), int(time.time()))
         yield {"AGENTBOX_DB": fresh}
 

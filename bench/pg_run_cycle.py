@@ -125,20 +125,20 @@ def main() -> None:
     url = pglib.server(args)
     per_slice, rounds = (5, 6) if args.quick else (20, 40)
     total = per_slice * rounds
-    from agentbox.backends.postgres.store import PostgresStore
+    from agentbox.location import open_store
     from agentbox.rules.policy import Policy
 
     policy = Policy(max_batch=1, max_attempts=MAX_ATTEMPTS, lease_ttl=TTL)
     events = [("github", f"delivery-{i}", payload(i)) for i in range(total)]
     with (pglib.schema(url, "engine") as engine_url, pglib.schema(url, "hand") as hand_url,
           pglib.schema(url, "rowlock") as row_url, pglib.schema(url, "advisory") as advisory_url):
-        store = PostgresStore(engine_url, "bench")
+        store = open_store(engine_url, "bench")
         store.ingest_many(events, T0)
         hands = []
         for side_url, synchronous, advisory in ((hand_url, "FULL", False),
                                                 (row_url, "OFF", False),
                                                 (advisory_url, "OFF", True)):
-            with PostgresStore(side_url, "bench") as prepared:
+            with open_store(side_url, "bench") as prepared:
                 prepared.ingest_many(events, T0)
                 assert prepared.inbox_id is not None
                 hands.append(HandWritten(pglib.session(side_url, synchronous),
@@ -153,7 +153,7 @@ def main() -> None:
             "a": slices(per_slice, lambda _: hand_cycle(advisory_hand))})
         done = [store.status().events["done"]]
         for side_url, side in zip((hand_url, row_url, advisory_url), hands, strict=True):
-            with PostgresStore(side_url, "bench") as seen:
+            with open_store(side_url, "bench") as seen:
                 done.append(seen.status().events["done"])
             side.conn.close()
         store.close()

@@ -94,7 +94,7 @@ def main() -> None:
     else:
         big, small, claim_rounds, read_rounds = 1_000, 10, 25, 200
     measured_pending = claim_rounds * BATCH * 2 + 10  # warm-up and timed claims never run dry
-    from agentbox.backends.postgres.store import PostgresStore
+    from agentbox.location import open_store
     from agentbox.rules.policy import Policy
 
     policy = Policy(max_batch=BATCH)
@@ -103,8 +103,8 @@ def main() -> None:
             progress(f"pg scale: building the {name} database: {inboxes * PER_INBOX:,} events "
                      f"in {inboxes:,} inboxes")
             build(side_url, inboxes, measured_pending)
-        stores = {"big": PostgresStore(big_url, MEASURED),
-                  "small": PostgresStore(small_url, MEASURED)}
+        stores = {"big": open_store(big_url, MEASURED),
+                  "small": open_store(small_url, MEASURED)}
         for name, s in stores.items():
             if len(s.dead()) != DEAD:
                 raise SystemExit(f"the {name} inbox has {len(s.dead())} dead events, not {DEAD}")

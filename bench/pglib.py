@@ -63,7 +63,7 @@ def schema(url: str, name: str) -> Iterator[str]:
 
 def session(url: str, synchronous: str = "FULL") -> Any:
     """A bare connection with agentbox's session settings: autocommit, durable commits
-    (``synchronous="OFF"``: commits that do not wait for the fsync)."""
+    (``durable=False``: commits that do not wait for the fsync)."""
     from agentbox.backends.postgres.db import session as open_session
     from agentbox.backends.postgres.url import parse
 

@@ -60,7 +60,7 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     total, idle_ingests = (50_000, 100) if args.quick else (1_000_000, 300)
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
     with workdir(args, "prune-ingest") as root:
         warn_if_memory(root)
@@ -69,7 +69,7 @@ def main() -> None:
                           (_FILL, {"total": total, "then": T0 - AGE}), (HISTORY, {}),
                           (_COUNTS, {}))
         before = db.stat().st_size
-        store = SqliteStore(db)
+        store = open_store(db, "")
         serial = iter(range(10**9))
 
         def ingest() -> float:

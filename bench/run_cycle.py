@@ -35,6 +35,8 @@ from benchlib import (
 TTL = 120
 MAX_ATTEMPTS = 3
 HOLDER = "bench:1:cafe"
+# The lease is columns of the inbox's own row (one row in a file).
+LEASE = "SELECT lease_holder, lease_generation, lease_until, lease_released FROM inboxes"
 
 
 class HandWritten:
@@ -44,7 +46,7 @@ class HandWritten:
         self.conn = conn
 
     def _holds(self, generation: int, now: int) -> bool:
-        row = self.conn.execute("SELECT holder, generation, until, released FROM lease").fetchone()
+        row = self.conn.execute(LEASE).fetchone()
         return (row is not None and row[0] == HOLDER and row[1] == generation and row[2] >= now
                 and not row[3])
 
@@ -60,13 +62,11 @@ class HandWritten:
     def acquire(self, now: int) -> int:
         c = self.conn
         self._lease_write()
-        row = c.execute("SELECT holder, generation, until, released FROM lease").fetchone()
-        generation = 1 if row is None else row[1] + 1 if row[3] or row[2] < now else row[1]
-        c.execute("""INSERT INTO lease (one, holder, generation, until, released)
-                     VALUES (1, ?, ?, ?, 0)
-                     ON CONFLICT (one) DO UPDATE SET holder = excluded.holder,
-                         generation = excluded.generation, until = excluded.until,
-                         released = 0""",
+        row = c.execute(LEASE).fetchone()
+        generation = (1 if row[0] is None else row[1] + 1 if row[3] or row[2] < now
+                      else row[1])
+        c.execute("""UPDATE inboxes SET lease_holder = ?, lease_generation = ?,
+                         lease_until = ?, lease_released = 0 WHERE id = 1""",
                   (HOLDER, generation, now + TTL))
         self._lease_commit()
         return generation
@@ -113,7 +113,7 @@ class HandWritten:
         c = self.conn
         self._lease_write()
         assert self._holds(generation, now)
-        c.execute("UPDATE lease SET until = ?, released = 1 WHERE one = 1", (now,))
+        c.execute("UPDATE inboxes SET lease_until = ?, lease_released = 1 WHERE id = 1", (now,))
         self._lease_commit()
 
 
@@ -122,16 +122,16 @@ def main() -> None:
     args = options(__doc__.splitlines()[0])
     per_slice, rounds = (5, 6) if args.quick else (10, 60)
     total = per_slice * rounds
-    from agentbox.backends.sqlite.store import SqliteStore
     from agentbox.rules.policy import Policy
+    from agentbox.location import open_store
 
     policy = Policy(max_batch=1, max_attempts=MAX_ATTEMPTS, lease_ttl=TTL)
     events = [("github", f"delivery-{i}", payload(i)) for i in range(total)]
     with workdir(args, "run-cycle") as root:
         warn_if_memory(root)
-        store = SqliteStore(make_inbox(root / "engine.sqlite3"))
+        store = open_store(make_inbox(root / "engine.sqlite3"), "")
         store.ingest_many(events, T0)
-        prepared = SqliteStore(make_inbox(root / "raw.sqlite3"))
+        prepared = open_store(make_inbox(root / "raw.sqlite3"), "")
         prepared.ingest_many(events, T0)
         prepared.close()
         hand = HandWritten(raw_connect(root / "raw.sqlite3"))

@@ -78,14 +78,14 @@ def main() -> None:
     else:
         big, small, claim_rounds, read_rounds = 1_000_000, 10_000, 25, 200
     pending = claim_rounds * BATCH * 2 + 10  # warm-up and timed claims never run dry
-    from agentbox.backends.sqlite.store import SqliteStore
     from agentbox.rules.policy import Policy
+    from agentbox.location import open_store
 
     policy = Policy(max_batch=BATCH)
     with workdir(args, "scale") as root:
         warn_if_memory(root)
         progress(f"scale: building inboxes of {big:,} and {small:,} events")
-        stores = {name: SqliteStore(build(root / f"{name}.sqlite3", n, pending))
+        stores = {name: open_store(build(root / f"{name}.sqlite3", n, pending), "")
                   for name, n in (("big", big), ("small", small))}
         for name, s in stores.items():
             dead = len(s.dead())
@@ -113,11 +113,11 @@ def main() -> None:
 
 def remembered_keys(root: Path, keys: int, rounds: int, per: int = 200) -> Row:
     """Store.ingest with ``keys`` remembered keys against none: the trigger's probe."""
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
-    stores = {name: SqliteStore(filled_inbox(root / f"keys-{name}.sqlite3",
-                                             (_REMEMBERED, {"keys": n, "t0": T0})),
-                                synchronous="OFF")
+    stores = {name: open_store(filled_inbox(root / f"keys-{name}.sqlite3",
+                                           (_REMEMBERED, {"keys": n, "t0": T0})),
+                               "", durable=False)
               for name, n in (("many", keys), ("none", 0))}
     serial = {name: iter(range(10**9)) for name in stores}
 

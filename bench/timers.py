@@ -53,14 +53,15 @@ def build(path: Path, total: int, cron: bool) -> Path:
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     big, small, rounds = (20_000, 1_000, 6) if args.quick else (100_000, 1_000, 40)
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
     kinds = {f"{size} {kind}": (n, kind == "cron")
              for size, n in (("big", big), ("small", small)) for kind in ("every", "cron")}
     with workdir(args, "timers") as root:
         warn_if_memory(root)
         progress(f"timers: building inboxes of {big:,} and {small:,} timers, every and cron")
-        stores = {name: SqliteStore(build(root / f"{name.replace(' ', '-')}.sqlite3", n, cron))
+        stores = {name: open_store(build(root / f"{name.replace(' ', '-')}.sqlite3", n, cron),
+                                   "")
                   for name, (n, cron) in kinds.items()}
         passes = dict.fromkeys(stores, 0)
 

@@ -57,10 +57,10 @@ def watch(mode: str, path: str) -> None:
 
     print("ready", flush=True)
     if mode == "waiter":
-        from agentbox.backends.sqlite.store import SqliteStore
+        from agentbox.location import open_store
 
-        store = SqliteStore(path)
-        conn = store.conn
+        store = open_store(path, "")
+        conn = store.engine.conn
         waiter = store.waiter()
         while True:
             if waiter.wait(3600):
@@ -84,7 +84,7 @@ def watch(mode: str, path: str) -> None:
 def main() -> None:
     args = options(__doc__.splitlines()[0])
     commits, idle = (20, 3.0) if args.quick else (200, 10.0)
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
     with workdir(args, "wakeup") as root:
         warn_if_memory(root)
@@ -101,7 +101,7 @@ def main() -> None:
         progress(f"wake-up: {commits} commits seen by {len(MODES)} watchers, "
                  f"then {idle:.0f} s idle")
         committed: dict[int, float] = {}
-        with SqliteStore(path) as store:
+        with open_store(path, "") as store:
             for n in range(commits):
                 time.sleep(random.uniform(0.05, 0.15))
                 event = store.ingest("bench", f"e{n}", "{}", int(time.time()))

@@ -59,13 +59,13 @@ class Home:
     """An AGENTBOX_HOME with user bench's empty inbox, and the store to write to it."""
 
     def __init__(self, root: Path, name: str, template: Path, env: dict[str, str]) -> None:
-        from agentbox.backends.sqlite.store import SqliteStore
+        from agentbox.location import open_store
 
         self.root = root / name
         self.log = self.root / "stamps"
         copy_inbox(template, self.root / "inboxes" / "bench.sqlite3")
         self.env = {**env, "AGENTBOX_HOME": str(self.root), "AGENTBOX_USER": "bench"}
-        self.store = SqliteStore(self.root / "inboxes" / "bench.sqlite3")
+        self.store = open_store(self.root / "inboxes" / "bench.sqlite3", "")
         self.serial = 0
 
     def stamps(self) -> list[float]:
@@ -186,12 +186,12 @@ def idle_cpu(home: Home, watchers: dict[str, subprocess.Popen[bytes]],
 
 def pool_inboxes(root: Path, template: Path, inboxes: int) -> Path:
     """A folder of ``inboxes`` users' inboxes holding the pool's pending events."""
-    from agentbox.backends.sqlite.store import SqliteStore
+    from agentbox.location import open_store
 
     folder = root / "pool-inboxes"
     for user in users(inboxes):
         path = copy_inbox(template, folder / f"{user}.sqlite3")
-        with SqliteStore(path, synchronous="OFF") as store:
+        with open_store(path, "", durable=False) as store:
             store.ingest_many(items(), int(time.time()))
     return folder
 

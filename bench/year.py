@@ -50,18 +50,18 @@ def message(rng: random.Random, day: int, n: int) -> str:
 
 def year(path: Path, days: int, per_day: int, prune: bool, old_file: bool) -> dict[int, int]:
     """Run the year; the file's size (bytes) after each checkpoint day."""
-    from agentbox.backends.sqlite.store import SqliteStore
     from agentbox.rules.answer import Answer, Message
     from agentbox.rules.outbox import Dispatch
     from agentbox.rules.policy import Policy
     from agentbox.upkeep import auto_prune
+    from agentbox.location import open_store
 
     rng = random.Random(7)
     policy = Policy(max_batch=100, auto_prune=prune)
-    store = SqliteStore(path, synchronous="OFF")  # sizes, not speed: durability costs time
+    store = open_store(path, "", durable=False)  # sizes, not speed: durability costs time
     if old_file:
-        store.conn.execute("PRAGMA auto_vacuum = NONE")
-        store.conn.execute("VACUUM")
+        store.engine.conn.execute("PRAGMA auto_vacuum = NONE")
+        store.engine.conn.execute("VACUUM")
     sizes: dict[int, int] = {}
     for day in range(days):
         start = T0 + day * DAY
@@ -84,7 +84,7 @@ def year(path: Path, days: int, per_day: int, prune: bool, old_file: bool) -> di
         assert store.settle_dispatch(sent.key, "sent", now, attempt=sent.tries)
         auto_prune(store, now, policy, sleep=lambda _: None)
         if day + 1 in CHECKPOINTS or day + 1 == days:
-            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            store.engine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             sizes[day + 1] = path.stat().st_size
             progress(f"  {path.stem}: day {day + 1}: {sizes[day + 1] / 2**20:.1f} MiB")
     store.close()

@@ -17,14 +17,14 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentbox.store import Store
+    from agentbox.ledger.store import Store
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "open"]
 
 
 def open(user: str | None = None, db: str | os.PathLike[str] | None = None) -> Store:
-    """Open a user's inbox as the CLI would, returning the :class:`~agentbox.store.Store`.
+    """Open a user's inbox as the CLI would, returning the :class:`~agentbox.ledger.store.Store`.
 
     ``db`` is a SQLite file or a ``postgresql://`` URL; without it
     ``$AGENTBOX_DB``, then the ``database`` setting, then the user's own file
@@ -32,8 +32,8 @@ def open(user: str | None = None, db: str | os.PathLike[str] | None = None) -> S
     login name. The store is a context manager; close it when done. Errors are
     :class:`agentbox.errors.AgentboxError` subclasses, never driver errors.
     """
+    from agentbox.location import is_url, locate, open_store
     from agentbox.paths import resolve_user
-    from agentbox.store import is_url, locate, open_store
 
     target = locate(db, user)
     return open_store(target, resolve_user(user) if is_url(target) else user or "")

@@ -28,9 +28,9 @@ from agentbox.errors import BadInput
 
 if TYPE_CHECKING:
     from agentbox.jsonl import IngestReport
+    from agentbox.ledger.store import Store
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
-    from agentbox.store import Store
 
 CHUNK = 64 * 1024
 

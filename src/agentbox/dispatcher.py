@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, Busy, Exit
+from agentbox.ledger.engine import Waiter
+from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.outbox import Dispatch, Wait, sender_word
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import SendOutcome
 from agentbox.stopping import Interrupted, Stop
-from agentbox.store import Store, Waiter
 
 if TYPE_CHECKING:
     from agentbox.rules.outbox import Settle

@@ -19,7 +19,7 @@ from agentbox.jsonutil import canonical_object, loads_strict
 from agentbox.rules.keys import check_delivery_key
 
 if TYPE_CHECKING:
-    from agentbox.store import Store
+    from agentbox.ledger.store import Store
 
 # Lines stored per transaction: large enough that a stream pays few commits (each
 # one an fsync), small enough that other writers wait tens of milliseconds at most.

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError
+from agentbox.ledger.inboxes import Inboxes, InboxesWaiter
+from agentbox.ledger.store import Store
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.stopping import Interrupted, Stop
-from agentbox.store import Inboxes, InboxesWaiter, Store
 from agentbox.worker import IDLE_FLOOR, LONGEST_SLEEP, RunReport, Worker
 
 REST = 60.0  # seconds an inbox that cannot be served is left alone before another look

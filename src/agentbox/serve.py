@@ -35,9 +35,9 @@ from agentbox.errors import AgentboxError, BadInput, Busy, SignatureMismatch
 from agentbox.httpserver import HTTPError, Request, Response
 
 if TYPE_CHECKING:
+    from agentbox.ledger.store import Store
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
-    from agentbox.store import Store
 
 HOOKS = "/hooks/"
 

@@ -13,18 +13,20 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from agentbox.errors import AgentboxError
+from agentbox.errors import AgentboxError, DatabaseError, UsageError
+from agentbox.ledger.inboxes import Inboxes
+from agentbox.ledger.store import Store, Vitals
 from agentbox.rules import health
 from agentbox.rules.health import Check
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Lease, Vitals
+from agentbox.rules.records import Lease
 from agentbox.rules.retention import STEP, Cutoffs, PruneCounts, cutoffs, prune_due
-from agentbox.store import Inboxes, Store
 
 RUN_STEPS = 20        # a run's daily prune does at most this many steps; the next run goes on
-RECLAIM_PAGES = 1024  # pages handed back to the disk per transaction
+RECLAIM_STEP = 1024   # space handed back to the disk per step (SQLite: pages)
 MIN_PAUSE = 0.025     # seconds between two steps, at least and at most: see _pause
 MAX_PAUSE = 0.25
 
@@ -97,7 +99,7 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
     if complete:
         while True:
             started = time.monotonic()
-            if not store.reclaim(RECLAIM_PAGES):
+            if not store.reclaim(RECLAIM_STEP):
                 break
             _pause(time.monotonic() - started, sleep)
         store.record_prune(now)
@@ -182,3 +184,72 @@ def survey(inboxes: Inboxes) -> list[Survey]:
         except AgentboxError as exc:
             found.append(Survey(user, None, None, str(exc)))
     return found
+
+
+SIDE_FILES = ("-wal", "-shm")  # what SQLite keeps beside an inbox file
+
+
+def backup(store: Store, dest: str, replace: bool = False) -> int:
+    """Write a consistent copy of the inbox to the file ``dest`` (0600) while writers
+    carry on; its size in bytes. ``open_store(dest, user)`` opens it, on any machine.
+
+    The engine copies its own file where it can (SQLite); otherwise the ledger
+    writes the rows into a new SQLite inbox file from one snapshot. The copy is
+    written beside ``dest``, synced, then put in place in one step: ``dest`` is
+    whole or absent, never half written. Without ``replace`` an existing
+    ``dest`` is refused (a UsageError), even one that appeared while the copy
+    was being made.
+    """
+    import secrets
+    from pathlib import Path
+
+    target = Path(dest)
+    if target.is_dir():
+        raise UsageError(f"{dest}: is a folder; name the backup file")
+    if not replace and os.path.lexists(target):
+        raise UsageError(f"{dest} exists; pass --force to replace it")
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise AgentboxError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
+    try:
+        _fill(store, temp)
+        _sync(temp)
+        if replace:
+            for side in SIDE_FILES:  # a stale log beside the new file would be replayed into it
+                Path(f"{target}{side}").unlink(missing_ok=True)
+            os.replace(temp, target)
+        else:
+            try:
+                os.link(temp, target)
+            except FileExistsError:
+                raise UsageError(f"{dest} exists; pass --force to replace it") from None
+        _sync(target.parent)
+    except OSError as exc:
+        raise DatabaseError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
+    finally:
+        temp.unlink(missing_ok=True)
+        for side in SIDE_FILES:
+            Path(f"{temp}{side}").unlink(missing_ok=True)
+    return target.stat().st_size
+
+
+def _fill(store: Store, temp: Path) -> None:
+    """The copy itself, into the empty file ``temp``."""
+    from agentbox.ledger.copy import copy_inbox
+    from agentbox.location import open_store
+
+    if store.engine.copy_file(temp):
+        return
+    # Closing the copy's only connection folds its log into the file, synced next.
+    with open_store(temp, "", durable=False) as copy:
+        copy_inbox(store, copy)
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.jsonutil import stored_value
+from agentbox.ledger.engine import Waiter
+from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
 from agentbox.stopping import Interrupted, Stop
-from agentbox.store import Store, Waiter
 
 if TYPE_CHECKING:
     from agentbox.upkeep import PruneReport

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
+from support.sqlite import sqlite_store
 
 Snapshot = dict[str, tuple[int, str]]
 
@@ -68,7 +68,7 @@ def _make_dead(db: Path, keys: Sequence[str], now: int, error: str = "handler ex
                source: str = "src") -> list[int]:
     """Store one event per key and run it to death through the engine (one attempt)."""
     policy = Policy(max_attempts=1)
-    with SqliteStore(db) as store:
+    with sqlite_store(db) as store:
         for key in keys:
             store.ingest(source, key, f'{{"key":"{key}"}}', now)
         generation = store.acquire("test-worker", now, 60)

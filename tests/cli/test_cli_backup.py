@@ -15,23 +15,23 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from support.clock import T0
 from support.fixtures import Cli
 from support.processes import proc_env, wait_for
+from support.sqlite import sqlite_store
 
 # One writer process: ingests its own keys one durable transaction at a time and logs
 # each key once its ingest has returned (acked), until it is told to stop.
 WRITER = r"""
 import signal, sys
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.location import open_store
 stop = False
 def on_term(*_):
     global stop
     stop = True
 signal.signal(signal.SIGTERM, on_term)
 db, name, log = sys.argv[1:4]
-store = SqliteStore(db)
+store = open_store(db, "")
 with open(log, "a", buffering=1) as out:
     n = 0
     while not stop:
@@ -71,14 +71,14 @@ def test_backup_writes_a_private_copy_and_refuses_to_overwrite(cli: Cli, inbox_p
 def test_backup_compacts_and_hands_space_back_on_an_old_style_file(cli: Cli, inbox_path: Path,
                                                                    tmp_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox_path) as store:  # made as an inbox of an older agentbox was
-        store.conn.execute("PRAGMA auto_vacuum = NONE")
-        store.conn.execute("VACUUM")
-        assert store.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    with sqlite_store(inbox_path) as store:  # made as an inbox of an older agentbox was
+        store.engine.conn.execute("PRAGMA auto_vacuum = NONE")
+        store.engine.conn.execute("VACUUM")
+        assert store.engine.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
     dest = tmp_path / "copy.sqlite3"
     assert cli("backup", str(dest), now=T0).code == 0
-    with SqliteStore(dest) as copy:
-        assert copy.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    with sqlite_store(dest) as copy:
+        assert copy.engine.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
 
 
 @pytest.mark.slow
@@ -118,7 +118,7 @@ def test_a_backup_taken_during_four_writers_restores_every_acked_event(
     shutil.copy2(dest, inbox_path)
     checked = agentbox_proc("doctor", "--json")
     assert checked.returncode == 0, checked.stdout
-    with SqliteStore(inbox_path) as restored:
+    with sqlite_store(inbox_path) as restored:
         stored = {e.source_id for e in restored.events(("pending",), source="load",
                                                        limit=10**6)}
         assert restored.find("s", "first") is not None

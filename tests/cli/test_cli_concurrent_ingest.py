@@ -112,7 +112,7 @@ def test_eight_processes_create_the_same_new_inbox(tmp_path: Path, query: Any,
     assert query(db, "SELECT version FROM migrations") == [(v,) for v in
                                                            range(1, SCHEMA_VERSION + 1)]
     assert query(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
-    assert query(db, "SELECT COUNT(*) FROM meta WHERE key = 'instance'") == [(1,)]
+    assert query(db, "SELECT COUNT(*) FROM inboxes WHERE instance IS NOT NULL") == [(1,)]
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(db.stat().st_mode) == 0o600

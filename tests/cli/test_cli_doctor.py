@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0
 from support.fixtures import Cli
+from support.sqlite import sqlite_store
 
 NAMES = ["open", "integrity", "schema", "permissions", "wal", "lease", "running", "uncertain",
          "pending"]
@@ -61,7 +61,7 @@ def test_a_folder_others_can_write_into_fails(cli: Cli, inbox_path: Path) -> Non
 
 def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         generation = store.acquire("elsewhere:1:dead", T0, 60)
         assert generation is not None
         assert store.claim("elsewhere:1:dead", generation, T0, Policy()) is not None
@@ -77,7 +77,7 @@ def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, inbox_path: P
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     holder = f"{socket.gethostname()}:{gone.stdout.strip()}:cafe"
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         assert store.acquire(holder, T0, 600) is not None
     code, checks = doctor(cli, now=T0 + 10)
     assert (code, failed(checks)) == (1, ["lease"])
@@ -86,7 +86,7 @@ def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, inbox_path: P
 
 def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, inbox_path: Path) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         generation = store.acquire("w:1:x", T0, 60)
         assert generation is not None
         claimed = store.claim("w:1:x", generation, T0, Policy())

@@ -112,7 +112,7 @@ def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox_path: 
     assert len(rows) == 1 and json.loads(rows[0][2]) == payload
     assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(2,)]
     tables = {r[0] for r in query(inbox_path, "SELECT name FROM sqlite_schema WHERE type='table'")}
-    assert {"events", "history", "lease"} <= tables
+    assert {"events", "history", "inboxes"} <= tables
     stream = json.dumps({"source": source, "source_id": "2; --", "payload": payload})
     assert cli("ingest", "--jsonl", "-", stdin=stream, now=T0).code == 0
     assert query(inbox_path, "SELECT source_id FROM events WHERE source = ? ORDER BY id",
@@ -139,9 +139,9 @@ def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded
     assert result.code == code
     if code == 3:
         assert result.err == ""
-        from agentbox.backends.sqlite.store import SqliteStore
+        from support.sqlite import sqlite_store
 
-        with SqliteStore(seeded) as store:
+        with sqlite_store(seeded) as store:
             event = store.find("s", "1")
             assert event is not None and event.payload == '{"n":1}'
         return
@@ -150,9 +150,9 @@ def test_hostile_payloads_leave_the_inbox_untouched(cli: Cli, home: Path, seeded
 
 
 def _real_inbox(path: Path, events: int = 3) -> None:
-    from agentbox.backends.sqlite.store import SqliteStore
+    from support.sqlite import sqlite_store
 
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         store.ingest_many((("s", str(i), '{"pad":"' + "x" * 300 + '"}') for i in range(events)),
                           T0)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from support.clock import T0
 from support.fixtures import Cli
+from support.sqlite import sqlite_store
 
 
 def ingest_json(cli: Cli, *args: str, stdin: str | bytes | None = None) -> tuple[int, Any]:
@@ -41,7 +41,7 @@ def test_conflict_exits_3_and_the_first_payload_stands(cli: Cli, inbox_path: Pat
     assert result.code == 3
     assert "conflict" in result.out and "first stands" in result.out
     assert query(inbox_path, "SELECT payload FROM events") == [('{"text":"first"}',)]
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         assert [e.action for e in store.story(1)] == ["stored", "conflict"]
 
     code, doc = ingest_json(cli, "chat", "m-7", "--payload", '{"text": "third"}')
@@ -184,11 +184,11 @@ def test_new_folders_are_0700_and_the_inbox_0600(cli: Cli, home: Path, inbox_pat
 
 
 def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox_path: Path) -> None:
-    from agentbox.backends.sqlite.store import SqliteStore
+    from support.sqlite import sqlite_store
 
     old = os.umask(0)
     try:
-        with SqliteStore(inbox_path) as store:
+        with sqlite_store(inbox_path) as store:
             store.ingest("s", "1", "{}", T0)
             modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in inbox_path.parent.iterdir()}
     finally:

@@ -39,13 +39,13 @@ def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, inbox_path: Path) -> None:
 
 
 def test_status_counts_lease_and_timer(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
-    from agentbox.backends.sqlite.store import SqliteStore
     from agentbox.rules.timers import TimerSpec
+    from support.sqlite import sqlite_store
 
     make_dead(inbox_path, ["d1", "d2"], T0)
     for i in range(3):
         assert cli("ingest", "s", f"p{i}", now=T0).code == 0
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         generation = store.acquire("worker-9", T0, 120)
         assert generation == 2  # make_dead held and released generation 1
         store.add_timer(TimerSpec(name="nightly", due=T0 + 50, every=86_400), T0)
@@ -64,9 +64,9 @@ def test_status_counts_lease_and_timer(cli: Cli, inbox_path: Path, make_dead: An
 
 
 def test_status_shows_an_expired_lease_as_free(cli: Cli, inbox_path: Path) -> None:
-    from agentbox.backends.sqlite.store import SqliteStore
+    from support.sqlite import sqlite_store
 
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         store.acquire("w", T0, 10)
     assert "held by w" in cli("status", now=T0 + 10).out
     assert "free (expired at 1970-01-12T13:46:50Z)" in cli("status", now=T0 + 11).out
@@ -225,9 +225,9 @@ def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, inbox_path: Path, tm
                                                   one_error: Any) -> None:
     import sys
 
-    from agentbox.backends.sqlite.store import SqliteStore
+    from support.sqlite import sqlite_store
 
-    with SqliteStore(inbox_path) as store:
+    with sqlite_store(inbox_path) as store:
         assert store.acquire("other-host:42:abcd", T0, 120) == 1
     result = cli("run", "--", sys.executable, "-c", "pass", now=T0 + 10)
     assert result.code == 75

@@ -1,6 +1,6 @@
 """The ``backend`` fixture: one fresh, empty Store per test, for every backend.
 
-The suite in this folder speaks to :class:`agentbox.store.Store` only: no
+The suite in this folder speaks to :class:`agentbox.location.Store` only: no
 SQL, no file, no module of a backend. Each entry of ``BACKENDS`` makes a
 fresh place for inboxes (a folder of SQLite files; a new PostgreSQL schema,
 dropped afterwards) and yields a function that opens the inbox of a user
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.store import Store, open_store
+from agentbox.ledger.store import Store
+from agentbox.location import open_store
 from support.postgres import fresh_schema
 
 Opener = Callable[[str], Store]  # a user's name -> that user's inbox

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.ledger.store import Store
 from agentbox.rules.approvals import Approval
 from agentbox.rules.timers import TimerSpec
-from agentbox.store import Store
 from support.clock import T0
+from support.store import plant
 
 H = 3_600
 
@@ -88,7 +89,7 @@ def test_a_reply_is_yes_or_no(backend: Store) -> None:
 def test_an_event_under_the_key_that_is_no_answer_stands_as_unknown(backend: Store,
                                                                     payload: str) -> None:
     backend.request_approval("refund-1", T0, H, "refund")
-    assert backend.ingest("approval", "refund-1", payload, T0 + 1).outcome == "stored"
+    assert plant(backend, "approval", "refund-1", payload, T0 + 1).outcome == "stored"
     assert backend.answer_approval("refund-1", "yes", T0 + 2) == "unknown"
     [pending] = backend.approvals(T0 + 2)  # no outcome stored: pending, then expired
     assert pending.outcome == "pending"

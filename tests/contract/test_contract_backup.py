@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentbox.errors import UsageError
-from agentbox.store import Store, open_store
+from agentbox.ledger.store import Store
+from agentbox.location import open_store
+from agentbox.upkeep import backup
 from support.clock import T0
 from support.store import run, say
 
@@ -20,7 +22,7 @@ def test_a_backup_opens_as_the_same_inbox(backend: Store, tmp_path: Path) -> Non
     say(backend, T0 + 11, "hello")
     backend.ingest("hook", "late", "{}", T0 + 12)
     dest = tmp_path / "copy.sqlite3"
-    size = backend.backup(str(dest))
+    size = backup(backend, str(dest))
     assert size == dest.stat().st_size > 0
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
     copy = open_store(str(dest), "alice", create=False)
@@ -41,9 +43,9 @@ def test_a_backup_never_overwrites_unless_asked(backend: Store, tmp_path: Path) 
     dest = tmp_path / "copy.sqlite3"
     dest.write_bytes(b"precious")
     with pytest.raises(UsageError):
-        backend.backup(str(dest))
+        backup(backend, str(dest))
     assert dest.read_bytes() == b"precious"
-    backend.backup(str(dest), replace=True)
+    backup(backend, str(dest), replace=True)
     copy = open_store(str(dest), "alice", create=False)
     try:
         assert copy.find("hook", "1") is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentbox.errors import BadInput
+from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
-from agentbox.store import Store
 from support.clock import T0, TTL
 from support.store import run, store_snapshot
 

@@ -6,10 +6,10 @@ every table, which is what this file is for.
 
 from __future__ import annotations
 
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, ApprovalRequest, Message
 from agentbox.rules.outbox import Dispatch
 from agentbox.rules.timers import TimerSpec
-from agentbox.store import Store
 from support.clock import T0, TTL
 from support.store import POLICY, run
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import RESEND_BACKOFF, Dispatch, Wait
 from agentbox.rules.records import OUTBOX_STATES
 from agentbox.rules.retention import Cutoffs
-from agentbox.store import Store
 from support.clock import T0
 from support.store import outbox_states, say
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from agentbox import upkeep
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import DAY, Policy
 from agentbox.rules.records import OUTBOX_STATES
 from agentbox.rules.retention import PruneCounts, cutoffs
 from agentbox.rules.timers import TimerSpec
-from agentbox.store import Store
 from support.clock import T0, TTL
 from support.store import run, say, store_snapshot
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agentbox.errors import BadInput
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Lease
-from agentbox.store import Store
 from support.clock import T0, TTL
 from support.store import POLICY, store_snapshot
 

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from agentbox.rules.timers import TimerSpec, cron_due
-from agentbox.store import Store
 from support.clock import T0
 
 DAY = 86_400

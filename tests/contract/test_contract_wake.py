@@ -6,8 +6,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
-from agentbox.store import Store
 from support.clock import T0, TTL
 from support.store import POLICY
 

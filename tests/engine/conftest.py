@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from support.store import POLICY, MakeStepWorker, StepWorker
 
 
 @pytest.fixture
-def worker(store: SqliteStore) -> MakeStepWorker:
+def worker(store: Store) -> MakeStepWorker:
     """worker("A") or worker("A", policy): a named StepWorker on the test's store."""
 
     def make(holder: str, policy: Policy = POLICY) -> StepWorker:

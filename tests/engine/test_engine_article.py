@@ -5,17 +5,17 @@ Simulated clock, one process; a crash is a worker that claims and never finishes
 
 from __future__ import annotations
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from support.clock import T0, TTL
 from support.store import MakeStepWorker, event_state
 
 
-def rows(store: SqliteStore, table: str) -> int:
-    return int(store.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+def rows(store: Store, table: str) -> int:
+    return int(store.engine.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
-def test_case_1_a_webhook_delivered_twice_is_stored_once(store: SqliteStore) -> None:
+def test_case_1_a_webhook_delivered_twice_is_stored_once(store: Store) -> None:
     first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     retry = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     # first: True  retry: False  rows: 1
@@ -23,13 +23,13 @@ def test_case_1_a_webhook_delivered_twice_is_stored_once(store: SqliteStore) -> 
         True, False, 1)
 
 
-def test_case_2_two_workers_ask_for_the_lease_at_the_same_time(store: SqliteStore) -> None:
+def test_case_2_two_workers_ask_for_the_lease_at_the_same_time(store: Store) -> None:
     # A: 1  B: None
     assert (store.acquire("A", T0, TTL), store.acquire("B", T0, TTL)) == (1, None)
 
 
 def test_case_3_three_quick_messages_become_one_run(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     for n in range(3):
         store.ingest("chat", f"msg-{n}", f'{{"text":"message {n}"}}', T0 + 5)
     # events in one run: 3
@@ -37,7 +37,7 @@ def test_case_3_three_quick_messages_become_one_run(
 
 
 def test_case_4_a_stalled_worker_cannot_finish_after_a_takeover(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a, b = worker("A"), worker("B")
     store.ingest("chat", "msg-3", '{"text":"send the report"}', T0 + 10)
     gen_a = a.acquire(T0 + 10)
@@ -63,7 +63,7 @@ def test_case_4_a_stalled_worker_cannot_finish_after_a_takeover(
 
 
 def test_case_5_a_poison_event_dies_and_the_healthy_one_survives(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     store.ingest("chat", "poison", '{"text":"x"}', T0)
     store.ingest("chat", "healthy", '{"text":"ok"}', T0)
     now = T0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
 from support.sqlite import dump
@@ -11,12 +11,12 @@ from support.store import POLICY, MakeStepWorker, actions, event_state
 LATER = TTL + 1  # enough for any lease taken now to lapse
 
 
-def ingest(store: SqliteStore, *source_ids: str, now: int = T0) -> list[int]:
+def ingest(store: Store, *source_ids: str, now: int = T0) -> list[int]:
     return [store.ingest("chat", s, "{}", now).id for s in source_ids]
 
 
 def test_a_claim_stamps_the_generation_and_counts_the_attempt(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ids = ingest(store, "m1", "m2")
     b = worker("B")
     store.acquire("A", T0, TTL)
@@ -33,7 +33,7 @@ def test_a_claim_stamps_the_generation_and_counts_the_attempt(
 
 
 def test_a_batch_takes_every_pending_event_oldest_first(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "m3", "m1", "m2")
     a = worker("A")
     a.acquire(T0)
@@ -42,7 +42,7 @@ def test_a_batch_takes_every_pending_event_oldest_first(
     assert store.status().events["running"] == 3
 
 
-def test_max_batch_bounds_a_run(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_max_batch_bounds_a_run(store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "e1", "e2", "e3", "e4", "e5")
     a = worker("A", Policy(max_batch=2))
     a.acquire(T0)
@@ -55,18 +55,18 @@ def test_max_batch_bounds_a_run(store: SqliteStore, worker: MakeStepWorker) -> N
 
 
 def test_a_claim_without_the_lease_is_refused_and_changes_nothing(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     store.acquire("A", T0, TTL)
-    before = dump(store.conn)
+    before = dump(store.engine.conn)
     assert store.claim("B", 1, T0, POLICY) is None             # not the holder
     assert store.claim("A", 2, T0, POLICY) is None             # not its generation
     assert store.claim("A", 1, T0 + LATER, POLICY) is None     # lapsed
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before
 
 
 def test_a_crashed_worker_still_used_up_an_attempt(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     a = worker("A")
     a.acquire(T0)
@@ -75,7 +75,7 @@ def test_a_crashed_worker_still_used_up_an_attempt(
 
 
 def test_rows_of_an_older_generation_go_back_to_pending(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ids = ingest(store, "m1", "m2")
     a, b = worker("A"), worker("B")
     a.acquire(T0)
@@ -93,7 +93,7 @@ def test_rows_of_an_older_generation_go_back_to_pending(
 
 
 def test_rows_claimed_in_the_current_generation_stay_with_their_run(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     a = worker("A")
     a.acquire(T0)
@@ -108,7 +108,7 @@ def test_rows_claimed_in_the_current_generation_stay_with_their_run(
 
 
 def test_an_exhausted_row_is_buried_dead_with_its_reason(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     [poison] = ingest(store, "poison")
     now = T0
     for n in range(3):
@@ -131,7 +131,7 @@ def test_an_exhausted_row_is_buried_dead_with_its_reason(
 
 
 def test_a_retried_row_is_claimed_alone_even_with_fresh_ones_waiting(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "bad")
     a = worker("A")
     a.acquire(T0)
@@ -146,7 +146,7 @@ def test_a_retried_row_is_claimed_alone_even_with_fresh_ones_waiting(
 
 
 def test_backoff_holds_a_retry_back_without_holding_up_healthy_events(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     policy = Policy(max_attempts=5, retry_backoff=10, backoff_cap=25)
     [bad] = ingest(store, "bad")
     a = worker("A", policy)
@@ -171,7 +171,7 @@ def test_backoff_holds_a_retry_back_without_holding_up_healthy_events(
     assert waits == [10, 20, 25, 25]  # exponential, capped
 
 
-def test_backoff_applies_to_abandoned_rows_too(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_backoff_applies_to_abandoned_rows_too(store: Store, worker: MakeStepWorker) -> None:
     policy = Policy(retry_backoff=30)
     [m1] = ingest(store, "m1")
     a, b = worker("A", policy), worker("B", policy)
@@ -185,7 +185,7 @@ def test_backoff_applies_to_abandoned_rows_too(store: SqliteStore, worker: MakeS
     assert b.claim(T0 + LATER + 30) is not None and b.ids() == ["m1"]
 
 
-def test_done_and_dead_rows_are_never_claimed(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_done_and_dead_rows_are_never_claimed(store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "done", "dead")
     a = worker("A", Policy(max_attempts=1))
     a.acquire(T0)

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from agentbox.backends.sqlite import db, schema
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import Busy, DatabaseError
+from agentbox.ledger.store import Store
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.outbox import Dispatch
 from support.clock import T0
+from support.sqlite import sqlite_store
 
 
 def fingerprint(path: Path) -> tuple[str, list[str]]:
@@ -56,11 +57,11 @@ def versions(path: Path) -> tuple[int, int, list[int]]:
 
 def test_a_new_file_is_migrated_once_and_marked(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "inbox.sqlite3"
-    with SqliteStore(path) as first:
+    with sqlite_store(path) as first:
         instance = first.instance_id()
     assert versions(path) == (schema.SCHEMA_VERSION, db.APPLICATION_ID,
                               list(range(1, schema.SCHEMA_VERSION + 1)))
-    with SqliteStore(path) as again:
+    with sqlite_store(path) as again:
         assert again.instance_id() == instance
     assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -70,14 +71,15 @@ def test_a_new_file_is_migrated_once_and_marked(tmp_path: Path) -> None:
 def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
     path = tmp_path / "touched.sqlite3"
     path.touch()
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         assert store.ingest("s", "1", "{}", T0).outcome == "stored"
 
 
-def test_wal_full_sync_and_busy_timeout_are_in_force(store: SqliteStore) -> None:
-    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
+def test_wal_full_sync_and_busy_timeout_are_in_force(store: Store) -> None:
+    assert store.engine.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.engine.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    conn = store.engine.conn
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
 
 
 def test_a_crash_inside_the_first_migration_leaves_nothing(
@@ -96,7 +98,7 @@ def test_a_crash_inside_the_first_migration_leaves_nothing(
     assert tables(path) == set()
 
     monkeypatch.undo()
-    with SqliteStore(path):
+    with sqlite_store(path):
         pass
     assert versions(path) == (schema.SCHEMA_VERSION, db.APPLICATION_ID,
                               list(range(1, schema.SCHEMA_VERSION + 1)))
@@ -120,7 +122,7 @@ def test_a_killed_process_mid_migration_leaves_nothing(tmp_path: Path) -> None:
     assert done.returncode == -9, done.stderr
     assert versions(path) == (0, 0, [])
     assert tables(path) == set()
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         assert store.ingest("s", "1", "{}", T0).outcome == "stored"
     assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
 
@@ -128,7 +130,7 @@ def test_a_killed_process_mid_migration_leaves_nothing(tmp_path: Path) -> None:
 def test_a_failing_later_migration_is_rolled_back_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "inbox.sqlite3"
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         store.ingest("s", "1", "{}", T0)
     before = versions(path)
     broken = "CREATE TABLE extra (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n"
@@ -151,14 +153,14 @@ def test_a_failing_later_migration_is_rolled_back_whole(
 
 def test_a_file_from_a_newer_agentbox_is_refused_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         store.ingest("s", "1", "{}", T0)
     conn = raw(path)
     conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
     conn.close()
     before = fingerprint(path)
     with pytest.raises(DatabaseError, match="newer agentbox"):
-        SqliteStore(path)
+        sqlite_store(path)
     assert fingerprint(path) == before
 
 
@@ -170,7 +172,7 @@ def test_a_foreign_sqlite_file_is_refused_and_left_as_it_was(tmp_path: Path) -> 
     conn.close()
     before = fingerprint(path)
     with pytest.raises(DatabaseError, match="not an agentbox database"):
-        SqliteStore(path)
+        sqlite_store(path)
     assert fingerprint(path) == before
     with raw(path) as check:  # not even switched to WAL
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
@@ -184,7 +186,7 @@ def test_an_sqlite_file_of_another_application_is_refused(tmp_path: Path) -> Non
     conn.close()
     before = fingerprint(path)
     with pytest.raises(DatabaseError, match="not an agentbox database"):
-        SqliteStore(path)
+        sqlite_store(path)
     assert fingerprint(path) == before
 
 
@@ -197,18 +199,18 @@ def test_garbage_is_refused_unchanged(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "inbox.sqlite3"
     path.write_bytes(content)
     with pytest.raises(DatabaseError):
-        SqliteStore(path)
+        sqlite_store(path)
     assert path.read_bytes() == content
 
 
 def test_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="directory"):
-        SqliteStore(tmp_path)
+        sqlite_store(tmp_path)
 
 
-def test_writers_queue_on_the_busy_timeout(store: SqliteStore, tmp_path: Path) -> None:
+def test_writers_queue_on_the_busy_timeout(store: Store, tmp_path: Path) -> None:
     """BEGIN IMMEDIATE: a second writer waits for the first instead of failing."""
-    other = SqliteStore(store.location)
+    other = sqlite_store(store.location)
     finished = threading.Event()
     results: list[str] = []
 
@@ -216,25 +218,26 @@ def test_writers_queue_on_the_busy_timeout(store: SqliteStore, tmp_path: Path) -
         results.append(other.ingest("s", "2", "{}", T0).outcome)
         finished.set()
 
-    with db.write(store.conn):
-        store.conn.execute("UPDATE meta SET value = value WHERE key = 'instance'")
+    with db.write(store.engine.conn):
+        store.engine.conn.execute("UPDATE inboxes SET instance = instance")
         thread = threading.Thread(target=second_writer)
         thread.start()
         assert not finished.wait(0.3)  # blocked behind our write lock
     assert finished.wait(60)
     thread.join()
     # The waiting was done in short steps; the connection's own timeout is back.
-    assert other.conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
+    wait = other.engine.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    assert wait == db.BUSY_TIMEOUT_S * 1000
     other.close()
     assert results == ["stored"]
 
 
 @pytest.mark.parametrize("write", ["ingest", "transaction"])
-def test_a_database_that_stays_locked_is_a_temporary_error(store: SqliteStore,
+def test_a_database_that_stays_locked_is_a_temporary_error(store: Store,
                                                            write: str) -> None:
-    impatient = SqliteStore(store.location, busy_timeout=0.2)
+    impatient = sqlite_store(store.location, busy_timeout=0.2)
     try:
-        with db.write(store.conn), pytest.raises(Busy) as caught:
+        with db.write(store.engine.conn), pytest.raises(Busy) as caught:
             started = time.monotonic()
             if write == "ingest":  # a new key: one autocommit INSERT
                 impatient.ingest("s", "1", "{}", T0)
@@ -243,7 +246,7 @@ def test_a_database_that_stays_locked_is_a_temporary_error(store: SqliteStore,
         assert 0.2 <= time.monotonic() - started < 10  # its own timeout, not the default 30 s
         assert caught.value.exit_code == 75
         assert impatient.find("s", "1") is None
-        assert impatient.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 200
+        assert impatient.engine.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 200
     finally:
         impatient.close()
 
@@ -270,7 +273,7 @@ def test_a_version_1_inbox_keeps_its_stories_and_counts_through_version_2(
             conn.commit()
             assert conn.execute("SELECT COUNT(*) FROM history "
                                 "WHERE action = 'stored'").fetchone() == (2,)
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         assert [e.action for e in store.story(1)] == ["stored"]
         assert store.status().events["pending"] == 2
         store.ingest("s", "3", "{}", T0 + 1)
@@ -290,7 +293,7 @@ def test_a_version_2_lease_goes_on_through_version_3(tmp_path: Path,
             conn.execute("INSERT INTO lease (one, holder, generation, until) "
                          "VALUES (1, 'old', 4, ?)", (T0 - 1,))
             conn.commit()
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         assert versions(path)[0] == schema.SCHEMA_VERSION
         lease = store.lease()
         assert lease is not None and (lease.generation, lease.until, lease.released) == (
@@ -313,7 +316,7 @@ def test_a_version_3_dispatch_in_flight_goes_on_through_version_4(
             conn.execute("INSERT INTO outbox (body, state, dispatch_key, created_at) "
                          "VALUES ('hello', 'sending', 'k-1', ?)", (T0,))
             conn.commit()
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         found = store.claim_dispatch(T0 + 91, "at-least-once", 3600, 60)
         assert isinstance(found, Dispatch)
         assert (found.key, found.tries, found.max_tries) == ("k-1", 2, 5)
@@ -330,7 +333,7 @@ def test_a_version_4_inbox_keeps_its_timers_through_version_5(
             conn.execute("INSERT INTO timers (name, due, every, payload, created_at) "
                          "VALUES ('digest', ?, 86400, '{}', ?)", (T0, T0))
             conn.commit()
-    with SqliteStore(path) as store:
+    with sqlite_store(path) as store:
         [timer] = store.timers()
         assert (timer.name, timer.every, timer.cron, timer.tz) == ("digest", 86400, None, None)
         assert store.tick(T0) == 1 and store.timers()[0].due == T0 + 86400

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentbox.backends.sqlite import outbox
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger import outbox
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
@@ -26,17 +26,17 @@ def claimed(worker: StepWorker, now: int, *source_ids: str) -> StepWorker:
     return worker
 
 
-def assert_refused_unchanged(store: SqliteStore, holder: str, generation: int, now: int,
+def assert_refused_unchanged(store: Store, holder: str, generation: int, now: int,
                              ids: Sequence[int]) -> None:
-    before = dump(store.conn)
+    before = dump(store.engine.conn)
     assert not store.finish(holder, generation, now, ids, REPLY)
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before
     assert not store.fail(holder, generation, now, ids, "late error", POLICY)
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before
 
 
 def test_finish_marks_the_batch_done_and_queues_its_messages(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1", "m2")
     assert a.finish(T0 + 5, REPLY)
     for event in a.batch:
@@ -51,7 +51,7 @@ def test_finish_marks_the_batch_done_and_queues_its_messages(
 
 
 def test_a_finish_from_a_stale_generation_is_refused(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1")
     b = worker("B")
     b.acquire(T0 + LATER)
@@ -65,14 +65,14 @@ def test_a_finish_from_a_stale_generation_is_refused(
 
 
 def test_a_finish_by_the_wrong_holder_is_refused(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1")
     assert_refused_unchanged(store, "B", 1, T0 + 1, [e.id for e in a.batch])
     assert a.finish(T0 + 1)
 
 
 def test_a_finish_after_the_lease_lapsed_is_refused_even_with_nobody_else(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1")
     ids = [e.id for e in a.batch]
     assert_refused_unchanged(store, "A", 1, T0 + LATER, ids)
@@ -80,7 +80,7 @@ def test_a_finish_after_the_lease_lapsed_is_refused_even_with_nobody_else(
 
 
 def test_a_finish_for_rows_not_running_under_this_claim_is_refused_whole(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1", "m2")
     first, second = (e.id for e in a.batch)
     store.ingest("chat", "never-claimed", "{}", T0)
@@ -97,9 +97,9 @@ def test_a_finish_for_rows_not_running_under_this_claim_is_refused_whole(
 
 
 def test_messages_are_queued_in_the_same_transaction_as_the_finish(
-        store: SqliteStore, worker: MakeStepWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: Store, worker: MakeStepWorker, monkeypatch: pytest.MonkeyPatch) -> None:
     a = claimed(worker("A"), T0, "m1")
-    before = dump(store.conn)
+    before = dump(store.engine.conn)
     original = outbox.queue_in
 
     def queue_then_crash(*args: object, **kwargs: object) -> list[int]:
@@ -109,7 +109,7 @@ def test_messages_are_queued_in_the_same_transaction_as_the_finish(
     monkeypatch.setattr(outbox, "queue_in", queue_then_crash)
     with pytest.raises(RuntimeError):
         a.finish(T0 + 1, REPLY)
-    assert dump(store.conn) == before  # neither done nor queued
+    assert dump(store.engine.conn) == before  # neither done nor queued
     monkeypatch.undo()
     assert a.finish(T0 + 1, REPLY)
     assert event_state(store, "m1") == ("done", 1)
@@ -117,7 +117,7 @@ def test_messages_are_queued_in_the_same_transaction_as_the_finish(
 
 
 def test_fail_returns_the_batch_to_pending_with_its_error_and_backoff(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A", Policy(retry_backoff=60)), T0, "m1", "m2")
     assert a.fail(T0 + 3, "handler exited 1: boom")
     for event in a.batch:
@@ -131,7 +131,7 @@ def test_fail_returns_the_batch_to_pending_with_its_error_and_backoff(
 
 
 def test_a_failure_on_the_last_attempt_is_dead_at_once(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A", Policy(max_attempts=2)), T0, "m1")
     assert a.fail(T0)
     a.claim(T0)
@@ -143,7 +143,7 @@ def test_a_failure_on_the_last_attempt_is_dead_at_once(
     assert store.story(event.id)[-1].detail == "failed on its last attempt (2 of 2)"
 
 
-def test_a_later_success_clears_the_error(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_a_later_success_clears_the_error(store: Store, worker: MakeStepWorker) -> None:
     a = claimed(worker("A"), T0, "m1")
     a.fail(T0)
     a.claim(T0 + 1)
@@ -152,7 +152,7 @@ def test_a_later_success_clears_the_error(store: SqliteStore, worker: MakeStepWo
     assert event is not None and (event.status, event.error) == ("done", None)
 
 
-def test_an_empty_finish_still_queues_a_runs_messages(store: SqliteStore) -> None:
+def test_an_empty_finish_still_queues_a_runs_messages(store: Store) -> None:
     """A run with no events may still speak, behind the same fence."""
     assert store.acquire("A", T0, TTL) == 1
     assert store.finish("A", 1, T0, [], REPLY)

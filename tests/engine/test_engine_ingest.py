@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonutil import parse_payload
+from agentbox.ledger.store import Store
 from support.clock import T0
 from support.sqlite import dump
 from support.store import MakeStepWorker, actions
 
 
-def test_first_delivery_is_stored_pending(store: SqliteStore) -> None:
+def test_first_delivery_is_stored_pending(store: Store) -> None:
     result = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
     assert result.outcome == "stored"
     event = store.event(result.id)
@@ -25,15 +25,15 @@ def test_first_delivery_is_stored_pending(store: SqliteStore) -> None:
     assert actions(store, result.id) == ["stored"]
 
 
-def test_a_duplicate_is_success_and_changes_nothing(store: SqliteStore) -> None:
+def test_a_duplicate_is_success_and_changes_nothing(store: Store) -> None:
     first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
-    before = dump(store.conn)
+    before = dump(store.engine.conn)
     again = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0 + 50)
     assert (again.outcome, again.id) == ("duplicate", first.id)
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before
 
 
-def test_a_conflict_is_refused_and_the_first_payload_stands(store: SqliteStore) -> None:
+def test_a_conflict_is_refused_and_the_first_payload_stands(store: Store) -> None:
     first = store.ingest("github", "d-1", '{"pr":12}', T0)
     before = store.event(first.id)
     result = store.ingest("github", "d-1", '{"pr":13}', T0 + 5)
@@ -45,7 +45,7 @@ def test_a_conflict_is_refused_and_the_first_payload_stands(store: SqliteStore) 
     assert story[1].at == T0 + 5 and story[1].detail and "different payload" in story[1].detail
 
 
-def test_payloads_are_compared_in_canonical_form(store: SqliteStore) -> None:
+def test_payloads_are_compared_in_canonical_form(store: Store) -> None:
     """Reordered keys, whitespace and escapes are the same payload (the path ingest takes)."""
     first = parse_payload('{"b": 1, "a": {"y": [1, 2], "x": "\\u00e9"}}')
     same = parse_payload('{"a":{"x":"é","y":[1,2]},\n "b":1}')
@@ -55,7 +55,7 @@ def test_payloads_are_compared_in_canonical_form(store: SqliteStore) -> None:
     assert store.ingest("hook", "1", other, T0).outcome == "conflict"
 
 
-def test_the_key_is_source_and_source_id_together(store: SqliteStore) -> None:
+def test_the_key_is_source_and_source_id_together(store: Store) -> None:
     assert store.ingest("github", "42", "{}", T0).outcome == "stored"
     assert store.ingest("stripe", "42", "{}", T0).outcome == "stored"
     assert store.ingest("github", "43", "{}", T0).outcome == "stored"
@@ -63,14 +63,14 @@ def test_the_key_is_source_and_source_id_together(store: SqliteStore) -> None:
 
 
 def test_a_repeat_of_a_finished_event_does_not_run_it_again(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     store.ingest("chat", "m1", '{"text":"hi"}', T0)
     worker("A").run(T0)
     assert store.ingest("chat", "m1", '{"text":"hi"}', T0 + 1).outcome == "duplicate"
     assert store.status().events == {"pending": 0, "running": 0, "done": 1, "dead": 0}
 
 
-def test_ingest_many_reports_each_item_in_order(store: SqliteStore) -> None:
+def test_ingest_many_reports_each_item_in_order(store: Store) -> None:
     store.ingest("s", "old", '{"v":1}', T0)
     results = store.ingest_many([("s", "a", '{"v":1}'), ("s", "old", '{"v":1}'),
                                  ("s", "old", '{"v":2}'), ("s", "a", '{"v":1}'),
@@ -87,10 +87,10 @@ def test_ingest_many_reports_each_item_in_order(store: SqliteStore) -> None:
     ("", "1"), ("s", ""), ("s", "a\x00b"), ("s" * 513, "1"), ("s", "x" * 513), ("s", "\ud800"),
 ])
 def test_keys_that_could_not_be_looked_up_are_refused(
-        store: SqliteStore, source: str, source_id: str) -> None:
-    before = dump(store.conn)
+        store: Store, source: str, source_id: str) -> None:
+    before = dump(store.engine.conn)
     with pytest.raises(BadInput):
         store.ingest(source, source_id, "{}", T0)
     with pytest.raises(BadInput):
         store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T0)
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before

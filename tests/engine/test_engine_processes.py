@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agentbox.backends.sqlite.schema import SCHEMA_VERSION
-from agentbox.backends.sqlite.store import SqliteStore
 from support.clock import T0, TTL
-from support.sqlite import assert_counts_true
+from support.sqlite import assert_counts_true, sqlite_store
 
 CHILDREN = 5
 PATIENCE = 120.0  # seconds; the machine may be busy with other test runs
@@ -28,7 +27,10 @@ from pathlib import Path
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.policy import Policy
 from agentbox.backends.sqlite.schema import SCHEMA_VERSION
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.location import open_store
+
+def sqlite_store(path):
+    return open_store(path, '')
 
 mode, db, sync, me, rounds, t0, ttl = sys.argv[1:8]
 sync, rounds, t0, ttl = Path(sync), int(rounds), int(t0), int(ttl)
@@ -47,11 +49,11 @@ if mode == "acquire":
     store, got = None, []
     for k in range(rounds):
         barrier(k)
-        store = store or SqliteStore(db)  # the first round also races to create the file
+        store = store or sqlite_store(db)  # the first round also races to create the file
         got.append(store.acquire(holder, t0 + k * (ttl + 1), ttl))
     out["generations"] = got
 elif mode == "claim":
-    store = SqliteStore(db)
+    store = sqlite_store(db)
     policy = Policy(max_batch=3)
     runs, finished = [], []
     barrier(0)
@@ -71,7 +73,7 @@ elif mode == "claim":
             break
     out["runs"], out["finished"] = runs, finished
 elif mode == "ingest":
-    store = SqliteStore(db)
+    store = sqlite_store(db)
     barrier(0)
     items = [("hook", f"d-{n}", '{"n":%d}' % n) for n in range(rounds)]
     out["outcomes"] = [r.outcome for r in store.ingest_many(items, t0)]
@@ -117,20 +119,20 @@ def test_racing_acquirers_get_each_generation_exactly_once(tmp_path: Path) -> No
     for k in range(rounds):
         got = Counter(r["generations"][k] for r in reports)
         assert got == Counter({k + 1: 1, None: CHILDREN - 1}), (k, got)
-    with SqliteStore(db) as store:
+    with sqlite_store(db) as store:
         lease = store.lease()
         assert lease is not None and lease.generation == rounds
         winner = [r["holder"] for r in reports if r["generations"][-1] == rounds]
         assert [lease.holder] == winner
         # each migration applied once, however many processes raced to create the file
-        assert store.conn.execute("SELECT COUNT(*) FROM migrations").fetchone()[0] \
+        assert store.engine.conn.execute("SELECT COUNT(*) FROM migrations").fetchone()[0] \
             == SCHEMA_VERSION
 
 
 def test_racing_claimers_never_claim_the_same_row_twice(tmp_path: Path) -> None:
     db = tmp_path / "inbox.sqlite3"
     total = 40
-    with SqliteStore(db) as store:
+    with sqlite_store(db) as store:
         store.ingest_many([("chat", f"m{n}", "{}") for n in range(total)], T0)
     reports = race(tmp_path, "claim", db, 1, ttl=600)
     claimed = [i for r in reports for _, ids, _ in r["runs"] for i in ids]
@@ -140,19 +142,19 @@ def test_racing_claimers_never_claim_the_same_row_twice(tmp_path: Path) -> None:
     owners = Counter(gen for r in reports for gen, _, _ in r["runs"])
     generations = [gen for r in reports for gen, _, _ in r["runs"]]
     assert len(set(generations)) == len(generations), owners  # one run per generation
-    with SqliteStore(db) as store:
+    with sqlite_store(db) as store:
         assert store.status().events == {"pending": 0, "running": 0, "done": total, "dead": 0}
         assert_counts_true(store)
 
 
 def test_racing_ingesters_store_each_key_once(tmp_path: Path) -> None:
     db = tmp_path / "inbox.sqlite3"
-    SqliteStore(db).close()
+    sqlite_store(db).close()
     keys = 50
     reports = race(tmp_path, "ingest", db, keys)
     for n in range(keys):
         got = Counter(r["outcomes"][n] for r in reports)
         assert got == Counter({"stored": 1, "duplicate": CHILDREN - 1}), (n, got)
-    with SqliteStore(db) as store:
+    with sqlite_store(db) as store:
         assert store.status().events["pending"] == keys
         assert_counts_true(store)

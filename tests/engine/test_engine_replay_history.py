@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
@@ -13,7 +13,7 @@ LATER = TTL + 1
 ONE_TRY = Policy(max_attempts=1)
 
 
-def bury(store: SqliteStore, worker: MakeStepWorker, *source_ids: str) -> list[int]:
+def bury(store: Store, worker: MakeStepWorker, *source_ids: str) -> list[int]:
     """Ingest events and fail each on its only attempt: dead, with an error."""
     ids = [store.ingest("chat", s, '{"n":1}', T0).id for s in source_ids]
     w = worker("undertaker", ONE_TRY)
@@ -24,22 +24,22 @@ def bury(store: SqliteStore, worker: MakeStepWorker, *source_ids: str) -> list[i
 
 
 def test_replay_brings_a_dead_event_back_as_new_on_the_same_row(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     [dead] = bury(store, worker, "p")
-    rows_before = store.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    rows_before = store.engine.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
     assert store.replay([dead], T0 + 10) == [dead]
     event = store.event(dead)
     assert event is not None
     assert (event.status, event.attempts, event.error, event.claim_gen,
             event.available_at, event.source_id) == ("pending", 0, None, None, 0, "p")
-    assert store.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == rows_before
+    assert store.engine.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == rows_before
     entry = store.story(dead)[-1]
     assert (entry.action, entry.at) == ("replayed", T0 + 10)
     assert store.dead() == []
 
 
 def test_a_replayed_event_joins_a_batch_and_gets_its_attempts_again(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     [dead] = bury(store, worker, "p")
     store.replay([dead], T0 + 1)
     store.ingest("chat", "fresh", "{}", T0 + 1)
@@ -54,19 +54,19 @@ def test_a_replayed_event_joins_a_batch_and_gets_its_attempts_again(
     assert event_state(store, "p") == ("dead", 2)
 
 
-def test_replay_leaves_other_states_alone(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_replay_leaves_other_states_alone(store: Store, worker: MakeStepWorker) -> None:
     dead_ids = bury(store, worker, "d1", "d2")
     pending = store.ingest("chat", "pending", "{}", T0).id
-    before = dump(store.conn)
+    before = dump(store.engine.conn)
     assert store.replay([pending, 424242], T0 + 1) == []
-    assert dump(store.conn) == before
+    assert dump(store.engine.conn) == before
     assert store.replay(None, T0 + 2) == dead_ids
     assert store.replay(None, T0 + 3) == []
     assert store.status().events == {"pending": 3, "running": 0, "done": 0, "dead": 0}
 
 
 def test_the_history_tells_an_events_whole_story(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     policy = Policy(max_attempts=2)
     event_id = store.ingest("chat", "x", '{"v":1}', T0).id
     store.ingest("chat", "x", '{"v":1}', T0 + 1)  # duplicate: not a transition
@@ -100,7 +100,7 @@ def test_the_history_tells_an_events_whole_story(
 
 
 def test_a_buried_events_story_ends_with_the_reason(
-        store: SqliteStore, worker: MakeStepWorker) -> None:
+        store: Store, worker: MakeStepWorker) -> None:
     event_id = store.ingest("chat", "x", "{}", T0).id
     now = T0
     for n in range(3):
@@ -115,7 +115,7 @@ def test_a_buried_events_story_ends_with_the_reason(
                                          "abandoned", "claimed", "abandoned", "dead"]
 
 
-def test_kept_counts_always_equal_a_real_count(store: SqliteStore, worker: MakeStepWorker) -> None:
+def test_kept_counts_always_equal_a_real_count(store: Store, worker: MakeStepWorker) -> None:
     assert_counts_true(store)
     for n in range(6):
         store.ingest("chat", f"m{n}", "{}", T0)

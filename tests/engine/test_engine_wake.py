@@ -11,8 +11,8 @@ import pytest
 
 from agentbox.backends.sqlite import wake
 from agentbox.backends.sqlite.inboxes import SqliteInboxes, user_of
-from agentbox.backends.sqlite.store import SqliteStore
 from support.clock import T0
+from support.sqlite import sqlite_store
 
 PATIENCE = 30.0
 
@@ -49,7 +49,7 @@ def later(seconds: float, action: Callable[[], object]) -> threading.Timer:
 
 
 def test_the_waiter_uses_inotify_where_there_is_some(bell: str, folder: Path) -> None:
-    with SqliteStore(folder / "alice.sqlite3") as store:
+    with sqlite_store(folder / "alice.sqlite3") as store:
         waiter = store.waiter()
         assert waiter.changes.notified is (bell == "inotify")  # type: ignore[attr-defined]
         waiter.close()
@@ -57,7 +57,7 @@ def test_the_waiter_uses_inotify_where_there_is_some(bell: str, folder: Path) ->
 
 def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -> None:
     path = folder / "alice.sqlite3"
-    with SqliteStore(path) as mine, SqliteStore(path) as theirs:
+    with sqlite_store(path) as mine, sqlite_store(path) as theirs:
         waiter = mine.waiter()
         try:
             for n in range(5):
@@ -72,8 +72,8 @@ def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -
 
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
         bell: str, folder: Path) -> None:
-    with SqliteStore(folder / "alice.sqlite3") as alice, \
-            SqliteStore(folder / "bob.sqlite3") as bob:
+    with sqlite_store(folder / "alice.sqlite3") as alice, \
+            sqlite_store(folder / "bob.sqlite3") as bob:
         waiter = alice.waiter()
         try:
             bob.ingest("chat", "m1", "{}", T0)
@@ -85,17 +85,17 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
 
 def test_the_folder_waiter_names_the_inboxes_that_changed(
         bell: str, folder: Path, inboxes: SqliteInboxes) -> None:
-    with SqliteStore(folder / "alice.sqlite3") as alice:
+    with sqlite_store(folder / "alice.sqlite3") as alice:
         alice.ingest("chat", "m0", "{}", T0)
     assert inboxes.users() == ["alice"]
     assert inboxes.next_work(T0, ["alice"]) == {"alice": 0}
     waiter = inboxes.waiter()
     try:
-        with SqliteStore(folder / "alice.sqlite3") as alice:
+        with sqlite_store(folder / "alice.sqlite3") as alice:
             later(0.1, lambda: alice.ingest("chat", "m1", "{}", T0)).join()
             assert waiter.wait(PATIENCE) == {"alice"}
         # A new inbox appears: named too, before anyone opened it here.
-        later(0.1, lambda: SqliteStore(folder / "carol.sqlite3").close()).join()
+        later(0.1, lambda: sqlite_store(folder / "carol.sqlite3").close()).join()
         assert "carol" in waiter.wait(PATIENCE)
         assert inboxes.users() == ["alice", "carol"]
     finally:
@@ -104,7 +104,7 @@ def test_the_folder_waiter_names_the_inboxes_that_changed(
 
 def test_the_folder_waiter_ignores_this_process_own_writes(
         bell: str, folder: Path, inboxes: SqliteInboxes) -> None:
-    SqliteStore(folder / "alice.sqlite3").close()
+    sqlite_store(folder / "alice.sqlite3").close()
     store = inboxes.store("alice")
     waiter = inboxes.waiter()
     try:
@@ -121,7 +121,7 @@ def test_files_that_are_not_inboxes_are_left_alone(
     (folder / "..hidden.sqlite3").write_bytes(b"")
     (folder / "notes.sqlite3.bak").write_bytes(b"")
     (folder / "junk.sqlite3").write_text("not a database")
-    SqliteStore(folder / "alice.sqlite3").close()
+    sqlite_store(folder / "alice.sqlite3").close()
     assert user_of("alice.sqlite3-wal") == user_of("alice.sqlite3") == "alice"
     assert user_of("..hidden.sqlite3") is None
     assert inboxes.users() == ["alice", "junk"]

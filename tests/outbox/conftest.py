@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 
 from agentbox import paths
-from agentbox.backends.sqlite.store import SqliteStore
-from agentbox.store import Store
+from agentbox.ledger.store import Store
 from support.store import say
 
 Queue = Callable[..., None]
 
 
 @pytest.fixture
-def queue(store: SqliteStore) -> Queue:
+def queue(store: Store) -> Queue:
     """queue(now, "body", ..., urgent=False) into the engine-level ``store``."""
     return partial(say, store)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from support.clock import T0
 from support.store import say
 
@@ -29,7 +29,7 @@ sys.exit(0 if whole else 3)
 
 
 def test_the_sender_gets_the_body_size_and_digest(cli: Callable[..., Any], tmp_path: Path,
-                                                  inbox_store: SqliteStore,
+                                                  inbox_store: Store,
                                                   monkeypatch: Any) -> None:
     body_parts = ["déjà vu: 日本語 ✓", "second message"]
     say(inbox_store, T0, *body_parts)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentbox import paths
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import CLAIM_GRACE
 from support.clock import T0
 
@@ -259,17 +259,17 @@ def test_bad_flags_are_usage_errors(cli: Callable[..., Any], cli_queue: Queue) -
 
 
 def test_a_busy_database_exits_75(cli: Callable[..., Any], cli_queue: Queue,
-                                  inbox_store: SqliteStore,
+                                  inbox_store: Store,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbox.backends.sqlite import db
 
     cli_queue(T0, "blocked")
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.2)
-    inbox_store.conn.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
+    inbox_store.engine.conn.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
         result = cli("dispatch", now=T0)
     finally:
-        inbox_store.conn.execute("ROLLBACK")
+        inbox_store.engine.conn.execute("ROLLBACK")
     assert result.code == 75, result.err
     assert "busy" in result.err
     assert result.out == ""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import CLAIM_GRACE
 from support.clock import T0
 from support.processes import alive, finish_proc, wait_for
@@ -54,7 +54,7 @@ def kill_mid_send(sender: Any, now: int, mode: str) -> dict[str, Any]:
 
 
 def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: Store, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     cli_queue(T0, "deploy finished", "3 tests flaky")
     first = kill_mid_send(sender, T0, "at-least-once")
@@ -85,7 +85,7 @@ def test_killed_dispatcher_at_least_once_resends_once_under_the_same_key(
 
 
 def test_killed_dispatcher_at_most_once_waits_for_the_operator(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: Store, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     def dispatch(now: int) -> subprocess.CompletedProcess[str]:
         done = agentbox_proc("dispatch", "--", *sender.argv, env={"AGENTBOX_NOW": str(now)})
@@ -124,7 +124,7 @@ def test_killed_dispatcher_at_most_once_waits_for_the_operator(
 
 
 def test_an_interrupted_dispatcher_leaves_its_send_not_known(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any) -> None:
+        cli_queue: Queue, inbox_store: Store, sender: Any) -> None:
     """Ctrl-C mid-send: the sender is stopped and the send is settled as not known."""
     cli_queue(T0, "refund issued")
     proc = start_dispatch(sender, T0, "--mode", "at-most-once", wait=True)
@@ -143,7 +143,7 @@ def test_an_interrupted_dispatcher_leaves_its_send_not_known(
 
 
 def test_two_dispatchers_started_together_send_each_row_once(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any) -> None:
+        cli_queue: Queue, inbox_store: Store, sender: Any) -> None:
     cli_queue(T0, "a", "b", "c")
     procs = [start_dispatch(sender, T0, wait=True) for _ in range(2)]
     try:
@@ -165,7 +165,7 @@ def test_two_dispatchers_started_together_send_each_row_once(
 
 
 def test_ingest_while_a_slow_send_is_in_flight_is_not_blocked(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any,
+        cli_queue: Queue, inbox_store: Store, sender: Any,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     cli_queue(T0, "slow channel")
     proc = start_dispatch(sender, T0, wait=True)

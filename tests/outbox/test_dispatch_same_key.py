@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import CLAIM_GRACE, RESEND_BACKOFF
 from support.clock import T0
 from support.store import outbox_states, say
@@ -44,7 +44,7 @@ sys.exit(0 if words[0] == "ok" else 1)
 
 
 def test_a_resend_that_fails_keeps_the_key_until_a_try_succeeds(
-        tmp_path: Path, inbox_store: SqliteStore,
+        tmp_path: Path, inbox_store: Store,
         agentbox_proc: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     script, log = tmp_path / "words", tmp_path / "sent.jsonl"
     script.write_text("hang fail ok")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import CLAIM_GRACE
 from support.processes import alive, wait_for
 from support.store import outbox_states
@@ -41,7 +41,7 @@ def sent(sender: Any, count: int, timeout: float = QUICK) -> list[dict[str, Any]
 
 
 def test_an_urgent_message_goes_at_once_and_takes_the_held_ones(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: Store, sender: Any, start_watcher: Any) -> None:
     dispatcher = start_dispatcher(start_watcher, sender, "--gap", "1h")
     cli_queue(now(), "first")
     [first] = sent(sender, 1)  # nothing was ever sent: no gap to wait out
@@ -63,7 +63,7 @@ def test_an_urgent_message_goes_at_once_and_takes_the_held_ones(
 
 
 def test_a_held_message_goes_when_the_gap_ends(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: Store, sender: Any, start_watcher: Any) -> None:
     gap = 3
     dispatcher = start_dispatcher(start_watcher, sender, "--gap", f"{gap}s")
     cli_queue(now(), "a")
@@ -72,8 +72,8 @@ def test_a_held_message_goes_when_the_gap_ends(
     cli_queue(now(), "b")
     [_, b] = sent(sender, 2, gap + QUICK)
     # The gap counts from the first claim (whole seconds): not before, and soon after.
-    [(claimed_at,)] = inbox_store.conn.execute("SELECT claimed_at FROM dispatches WHERE key = ?",
-                                         (a["key"],)).fetchall()
+    [(claimed_at,)] = inbox_store.engine.conn.execute(
+        "SELECT claimed_at FROM dispatches WHERE key = ?", (a["key"],)).fetchall()
     assert claimed_at + gap <= b["at"] <= claimed_at + gap + QUICK
     wait_for(lambda: outbox_states(inbox_store) == ["sent", "sent"],
              "the second send to be settled")
@@ -82,7 +82,7 @@ def test_a_held_message_goes_when_the_gap_ends(
 
 
 def test_an_overdue_at_least_once_claim_is_resent_under_the_same_key(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any,
+        cli_queue: Queue, inbox_store: Store, sender: Any, start_watcher: Any,
         home: Any) -> None:
     cli_queue(now(), "deploy finished")
     # A dispatcher claims the message as if 88 s ago and dies mid-send: its claim's
@@ -108,7 +108,7 @@ def test_an_overdue_at_least_once_claim_is_resent_under_the_same_key(
 
 
 def test_sigterm_mid_send_stops_the_sender_and_leaves_the_send_not_known(
-        cli_queue: Queue, inbox_store: SqliteStore, sender: Any, start_watcher: Any) -> None:
+        cli_queue: Queue, inbox_store: Store, sender: Any, start_watcher: Any) -> None:
     dispatcher = start_dispatcher(start_watcher, sender, wait=True)
     cli_queue(now(), "refund issued")
     [call] = sent(sender, 1)

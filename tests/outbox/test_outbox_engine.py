@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput, NotAsAsked
+from agentbox.ledger.store import Store
 from agentbox.rules.outbox import CLAIM_GRACE, SEPARATOR, Dispatch, Wait
 from support.clock import T0
 
@@ -18,29 +18,29 @@ TIMEOUT = 60
 DEADLINE = TIMEOUT + CLAIM_GRACE  # a claim made at t is abandoned after t + DEADLINE
 
 
-def claim(store: SqliteStore, now: int, mode: str = "at-least-once",
+def claim(store: Store, now: int, mode: str = "at-least-once",
           gap: int = GAP) -> Dispatch | Wait:
     return store.claim_dispatch(now, mode, gap, TIMEOUT)
 
 
-def claimed(store: SqliteStore, now: int, mode: str = "at-least-once",
+def claimed(store: Store, now: int, mode: str = "at-least-once",
             gap: int = GAP) -> Dispatch:
     found = claim(store, now, mode, gap)
     assert isinstance(found, Dispatch), found
     return found
 
 
-def waited(store: SqliteStore, now: int, mode: str = "at-least-once") -> Wait:
+def waited(store: Store, now: int, mode: str = "at-least-once") -> Wait:
     found = claim(store, now, mode)
     assert isinstance(found, Wait), found
     return found
 
 
-def states(store: SqliteStore) -> dict[int, str]:
+def states(store: Store) -> dict[int, str]:
     return {m.id: m.state for m in store.outbox(("held", "sending", "sent", "uncertain"))}
 
 
-def test_held_messages_go_out_merged_in_order(store: SqliteStore, queue: Queue) -> None:
+def test_held_messages_go_out_merged_in_order(store: Store, queue: Queue) -> None:
     queue(T0, "one", "two")
     queue(T0, "three")
     dispatch = claimed(store, T0)
@@ -54,11 +54,11 @@ def test_held_messages_go_out_merged_in_order(store: SqliteStore, queue: Queue) 
     assert store.status().outbox == {"held": 0, "sending": 0, "sent": 3, "uncertain": 0}
 
 
-def test_nothing_held_is_a_wait_without_a_time(store: SqliteStore) -> None:
+def test_nothing_held_is_a_wait_without_a_time(store: Store) -> None:
     assert waited(store, T0) == Wait(0, None)
 
 
-def test_the_article_case_three_updates_inside_an_hour(store: SqliteStore,
+def test_the_article_case_three_updates_inside_an_hour(store: Store,
                                                          queue: Queue) -> None:
     sends: list[str] = []
     for minute in (0, 10, 20):
@@ -72,7 +72,7 @@ def test_the_article_case_three_updates_inside_an_hour(store: SqliteStore,
     assert sends == ["update 0", "update 1\n\nupdate 2"]
 
 
-def test_gap_counts_from_the_last_send(store: SqliteStore, queue: Queue) -> None:
+def test_gap_counts_from_the_last_send(store: Store, queue: Queue) -> None:
     queue(T0, "first")
     first = claimed(store, T0)
     store.settle_dispatch(first.key, "sent", T0 + 5, attempt=1)
@@ -81,7 +81,7 @@ def test_gap_counts_from_the_last_send(store: SqliteStore, queue: Queue) -> None
     assert claimed(store, T0 + GAP).body == "second"
 
 
-def test_an_urgent_send_resets_the_gap_and_takes_the_held_ones(store: SqliteStore,
+def test_an_urgent_send_resets_the_gap_and_takes_the_held_ones(store: Store,
                                                                 queue: Queue) -> None:
     queue(T0, "first")
     first = claimed(store, T0)
@@ -98,7 +98,7 @@ def test_an_urgent_send_resets_the_gap_and_takes_the_held_ones(store: SqliteStor
     assert claimed(store, T0 + 100 + GAP).body == "later"
 
 
-def test_failed_sends_do_not_count_toward_the_gap(store: SqliteStore, queue: Queue) -> None:
+def test_failed_sends_do_not_count_toward_the_gap(store: Store, queue: Queue) -> None:
     queue(T0, "first")
     first = claimed(store, T0)
     store.settle_dispatch(first.key, "sent", T0, attempt=1)
@@ -114,7 +114,7 @@ def test_failed_sends_do_not_count_toward_the_gap(store: SqliteStore, queue: Que
     assert store.outbox(("sent",))[-1].error is None
 
 
-def test_a_failure_before_any_send_leaves_the_next_dispatch_free(store: SqliteStore,
+def test_a_failure_before_any_send_leaves_the_next_dispatch_free(store: Store,
                                                                   queue: Queue) -> None:
     queue(T0, "only")
     failing = claimed(store, T0)
@@ -122,7 +122,7 @@ def test_a_failure_before_any_send_leaves_the_next_dispatch_free(store: SqliteSt
     assert claimed(store, T0 + 1).body == "only"
 
 
-def test_settle_twice_changes_nothing_the_second_time(store: SqliteStore,
+def test_settle_twice_changes_nothing_the_second_time(store: Store,
                                                        queue: Queue) -> None:
     queue(T0, "once")
     dispatch = claimed(store, T0)
@@ -134,7 +134,7 @@ def test_settle_twice_changes_nothing_the_second_time(store: SqliteStore,
     assert not store.settle_dispatch("no-such-key", "sent", T0, attempt=1)
 
 
-def test_a_failed_dispatch_cannot_be_settled_again(store: SqliteStore, queue: Queue) -> None:
+def test_a_failed_dispatch_cannot_be_settled_again(store: Store, queue: Queue) -> None:
     queue(T0, "once")
     dispatch = claimed(store, T0)
     assert store.settle_dispatch(dispatch.key, "failed", T0, "exit 1", attempt=1)
@@ -144,7 +144,7 @@ def test_a_failed_dispatch_cannot_be_settled_again(store: SqliteStore, queue: Qu
 
 
 def test_at_least_once_unknown_waits_for_the_deadline_then_resends(
-        store: SqliteStore, queue: Queue) -> None:
+        store: Store, queue: Queue) -> None:
     queue(T0, "maybe")
     first = claimed(store, T0)
     assert store.settle_dispatch(first.key, "unknown", T0 + 60, "timed out", attempt=1)
@@ -166,7 +166,7 @@ def test_at_least_once_unknown_waits_for_the_deadline_then_resends(
     assert waited(store, T0 + 2 * DEADLINE + 10).in_flight == 0
 
 
-def test_a_resend_ignores_the_gap(store: SqliteStore, queue: Queue) -> None:
+def test_a_resend_ignores_the_gap(store: Store, queue: Queue) -> None:
     queue(T0, "maybe")
     first = claimed(store, T0, gap=10 * GAP)
     later = T0 + DEADLINE + 1
@@ -175,7 +175,7 @@ def test_a_resend_ignores_the_gap(store: SqliteStore, queue: Queue) -> None:
     assert not isinstance(claim(store, later + 1, gap=10 * GAP), Dispatch)
 
 
-def test_rows_held_after_a_claim_do_not_join_its_resend(store: SqliteStore,
+def test_rows_held_after_a_claim_do_not_join_its_resend(store: Store,
                                                         queue: Queue) -> None:
     queue(T0, "a")
     first = claimed(store, T0)
@@ -185,7 +185,7 @@ def test_rows_held_after_a_claim_do_not_join_its_resend(store: SqliteStore,
     assert states(store) == {1: "sending", 2: "held"}
 
 
-def test_settle_after_another_dispatcher_took_over_is_refused(store: SqliteStore,
+def test_settle_after_another_dispatcher_took_over_is_refused(store: Store,
                                                               queue: Queue) -> None:
     queue(T0, "contested")
     stale = claimed(store, T0)
@@ -200,7 +200,7 @@ def test_settle_after_another_dispatcher_took_over_is_refused(store: SqliteStore
     assert states(store) == {1: "sent"}
 
 
-def test_a_late_sent_from_an_overtaken_try_still_counts(store: SqliteStore,
+def test_a_late_sent_from_an_overtaken_try_still_counts(store: Store,
                                                         queue: Queue) -> None:
     queue(T0, "delivered late")
     stale = claimed(store, T0)
@@ -212,7 +212,7 @@ def test_a_late_sent_from_an_overtaken_try_still_counts(store: SqliteStore,
     assert states(store) == {1: "sent"}
 
 
-def test_at_most_once_unknown_is_uncertain_and_never_resent(store: SqliteStore,
+def test_at_most_once_unknown_is_uncertain_and_never_resent(store: Store,
                                                             queue: Queue) -> None:
     queue(T0, "careful")
     dispatch = claimed(store, T0, "at-most-once")
@@ -225,7 +225,7 @@ def test_at_most_once_unknown_is_uncertain_and_never_resent(store: SqliteStore,
     assert states(store) == {1: "uncertain"}
 
 
-def test_an_expired_at_most_once_claim_becomes_uncertain(store: SqliteStore,
+def test_an_expired_at_most_once_claim_becomes_uncertain(store: Store,
                                                          queue: Queue) -> None:
     queue(T0, "careful")
     dispatch = claimed(store, T0, "at-most-once")
@@ -242,14 +242,14 @@ def test_an_expired_at_most_once_claim_becomes_uncertain(store: SqliteStore,
 
 
 def test_an_expired_at_least_once_claim_is_resent_by_an_at_most_once_dispatcher(
-        store: SqliteStore, queue: Queue) -> None:
+        store: Store, queue: Queue) -> None:
     queue(T0, "retry me")
     first = claimed(store, T0, "at-least-once")
     again = claimed(store, T0 + DEADLINE + 1, "at-most-once")
     assert (again.key, again.mode, again.tries) == (first.key, "at-least-once", 2)
 
 
-def test_several_expired_claims_resend_one_at_a_time(store: SqliteStore,
+def test_several_expired_claims_resend_one_at_a_time(store: Store,
                                                      queue: Queue) -> None:
     queue(T0, "a")
     first = claimed(store, T0)
@@ -261,7 +261,7 @@ def test_several_expired_claims_resend_one_at_a_time(store: SqliteStore,
     assert waited(store, later).in_flight == 2
 
 
-def test_resolve_unsent_holds_the_rows_again(store: SqliteStore, queue: Queue) -> None:
+def test_resolve_unsent_holds_the_rows_again(store: Store, queue: Queue) -> None:
     queue(T0, "a", "b")
     dispatch = claimed(store, T0, "at-most-once")
     store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "killed", attempt=1)
@@ -275,7 +275,7 @@ def test_resolve_unsent_holds_the_rows_again(store: SqliteStore, queue: Queue) -
         store.resolve_dispatch(dispatch.key, True, T0 + 102)
 
 
-def test_resolve_sent_marks_the_rows_sent_when_they_were_claimed(store: SqliteStore,
+def test_resolve_sent_marks_the_rows_sent_when_they_were_claimed(store: Store,
                                                                  queue: Queue) -> None:
     queue(T0, "a")
     dispatch = claimed(store, T0 + 5, "at-most-once")
@@ -286,7 +286,7 @@ def test_resolve_sent_marks_the_rows_sent_when_they_were_claimed(store: SqliteSt
     assert store.status().outbox["uncertain"] == 0
 
 
-def test_resolve_refuses_what_is_not_uncertain(store: SqliteStore, queue: Queue) -> None:
+def test_resolve_refuses_what_is_not_uncertain(store: Store, queue: Queue) -> None:
     with pytest.raises(BadInput):
         store.resolve_dispatch("nope", True, T0)
     queue(T0, "a")
@@ -299,7 +299,7 @@ def test_resolve_refuses_what_is_not_uncertain(store: SqliteStore, queue: Queue)
     assert states(store) == {1: "sent"}
 
 
-def test_resolve_first_parks_an_expired_at_most_once_claim(store: SqliteStore,
+def test_resolve_first_parks_an_expired_at_most_once_claim(store: Store,
                                                            queue: Queue) -> None:
     queue(T0, "a")
     dispatch = claimed(store, T0, "at-most-once")
@@ -308,7 +308,7 @@ def test_resolve_first_parks_an_expired_at_most_once_claim(store: SqliteStore,
     assert states(store) == {1: "held"}
 
 
-def test_a_late_sent_settles_an_uncertain_dispatch(store: SqliteStore, queue: Queue) -> None:
+def test_a_late_sent_settles_an_uncertain_dispatch(store: Store, queue: Queue) -> None:
     queue(T0, "a")
     dispatch = claimed(store, T0, "at-most-once")
     waited(store, T0 + DEADLINE + 1)
@@ -319,7 +319,7 @@ def test_a_late_sent_settles_an_uncertain_dispatch(store: SqliteStore, queue: Qu
     assert states(store) == {1: "sent"}
 
 
-def test_bad_arguments_are_refused(store: SqliteStore, queue: Queue) -> None:
+def test_bad_arguments_are_refused(store: Store, queue: Queue) -> None:
     queue(T0, "a")
     with pytest.raises(BadInput):
         store.claim_dispatch(T0, "exactly-once", GAP, TIMEOUT)
@@ -331,21 +331,19 @@ def test_bad_arguments_are_refused(store: SqliteStore, queue: Queue) -> None:
     assert states(store) == {1: "sending"}
 
 
-def test_history_tells_the_story_of_a_resent_dispatch(store: SqliteStore,
+def test_history_tells_the_story_of_a_resent_dispatch(store: Store,
                                                       queue: Queue) -> None:
-    from agentbox.backends.sqlite import history
-
     queue(T0, "a")
     dispatch = claimed(store, T0)
     store.settle_dispatch(dispatch.key, "unknown", T0 + 60, "timed out", attempt=1)
     claimed(store, T0 + DEADLINE + 1)
     store.settle_dispatch(dispatch.key, "sent", T0 + DEADLINE + 2, attempt=2)
-    actions = [e.action for e in history.story(store.conn, "dispatch", dispatch.key)]
+    actions = [e.action for e in store.history("dispatch", dispatch.key)]
     assert actions == ["claimed", "unknown", "resending", "sent"]
-    message = [e.action for e in history.story(store.conn, "message", 1)]
+    message = [e.action for e in store.history("message", 1)]
     assert message == ["queued", "sending", "resending", "sent"]
 
 
-def test_listing_past_its_limit_shows_the_newest(store: SqliteStore, queue: Queue) -> None:
+def test_listing_past_its_limit_shows_the_newest(store: Store, queue: Queue) -> None:
     queue(T0, *(f"m{n}" for n in range(5)))
     assert [m.body for m in store.outbox(limit=2)] == ["m3", "m4"]

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.postgres.store import PostgresStore
+from agentbox.ledger.store import Store
+from agentbox.location import open_store
 from support.fixtures import Proc
 from support.postgres import fresh_schema
 
@@ -41,12 +42,12 @@ def agentbox_proc(agentbox_proc: Proc, pg_url: str) -> Proc:
 
 
 @pytest.fixture
-def open_inbox(pg_url: str) -> Iterator[Callable[..., PostgresStore]]:
+def open_inbox(pg_url: str) -> Iterator[Callable[..., Store]]:
     """open_inbox(user="alice"): that user's inbox in the test's schema, closed at the end."""
-    opened: list[PostgresStore] = []
+    opened: list[Store] = []
 
-    def open_one(user: str = "alice") -> PostgresStore:
-        store = PostgresStore(pg_url, user)
+    def open_one(user: str = "alice") -> Store:
+        store = open_store(pg_url, user)
         opened.append(store)
         return store
 

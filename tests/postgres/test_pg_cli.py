@@ -16,13 +16,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentbox.backends.postgres.store import PostgresStore
 from agentbox.backends.postgres.url import parse, with_schema
-from agentbox.store import POSTGRES_EXTRA
+from agentbox.ledger.store import Store
+from agentbox.location import POSTGRES_EXTRA, open_store
 from support.clock import T0
 from support.postgres import server_url
 
-Inbox = Callable[..., PostgresStore]
+Inbox = Callable[..., Store]
 
 
 def doc(result: Any) -> Any:
@@ -82,7 +82,7 @@ def test_the_flag_the_variable_and_the_setting_each_choose_the_database(
         assert [e.source_id for e in (open_inbox().find("s", i) for i in
                                       ("by-setting", "by-flag", "by-variable")) if e] == [
             "by-setting", "by-flag"]
-        with PostgresStore(elsewhere, "alice") as other:
+        with open_store(elsewhere, "alice") as other:
             assert other.find("s", "by-variable") is not None
     finally:
         with psycopg.connect(server_url(), autocommit=True) as conn:
@@ -101,10 +101,10 @@ def test_users_share_a_database_and_see_only_their_own_inbox(cli: Any, open_inbo
 def test_a_command_that_only_reads_makes_no_inbox(cli: Any, open_inbox: Inbox) -> None:
     assert doc(cli("-u", "carol", "status", "--json"))["events"]["pending"] == 0
     assert cli("-u", "carol", "dead").code == 0
-    names = open_inbox().conn.execute("SELECT name FROM inboxes").fetchall()
+    names = open_inbox().engine.conn.execute("SELECT name FROM inboxes").fetchall()
     assert ("carol",) not in names
     assert cli("-u", "carol", "ingest", "chat", "m1").code == 0
-    assert ("carol",) in open_inbox().conn.execute("SELECT name FROM inboxes").fetchall()
+    assert ("carol",) in open_inbox().engine.conn.execute("SELECT name FROM inboxes").fetchall()
 
 
 def test_the_password_is_never_shown(cli: Any, pg_url: str) -> None:
@@ -146,12 +146,13 @@ def test_a_schema_from_a_newer_agentbox_is_refused_and_left_alone(
         cli: Any, open_inbox: Inbox) -> None:
     assert cli("ingest", "chat", "m1").code == 0
     store = open_inbox()
-    store.conn.execute("INSERT INTO migrations (version, applied_at) VALUES (99, 0)")
-    before = store.conn.execute("SELECT * FROM migrations ORDER BY version").fetchall()
+    store.engine.conn.execute("INSERT INTO migrations (version, applied_at) VALUES (99, 0)")
+    before = store.engine.conn.execute("SELECT * FROM migrations ORDER BY version").fetchall()
     result = cli("status")
     assert result.code == 1
     assert "made by a newer agentbox (schema 99, this one knows up to 1)" in result.err
-    assert store.conn.execute("SELECT * FROM migrations ORDER BY version").fetchall() == before
+    migrations = store.engine.conn.execute("SELECT * FROM migrations ORDER BY version")
+    assert migrations.fetchall() == before
     assert store.find("chat", "m1") is not None
 
 
@@ -189,10 +190,8 @@ def test_ingest_loads_only_what_ingest_needs(home: Path, pg_url: str) -> None:
     code, _, loaded = done.stderr.strip().partition(" ")
     assert code == "0", done.stderr
     assert loaded.split() == [
-        "agentbox.backends", "agentbox.backends.boundary", "agentbox.backends.postgres",
-        "agentbox.backends.postgres.db", "agentbox.backends.postgres.history",
-        "agentbox.backends.postgres.inbox", "agentbox.backends.postgres.lease",
-        "agentbox.backends.postgres.schema", "agentbox.backends.postgres.store",
+        "agentbox.backends", "agentbox.backends.postgres", "agentbox.backends.postgres.db",
+        "agentbox.backends.postgres.engine", "agentbox.backends.postgres.schema",
         "agentbox.backends.postgres.url"]
 
 

@@ -8,11 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agentbox.backends.postgres.inboxes import PostgresInboxes
-from agentbox.backends.postgres.store import PostgresStore
+from agentbox.ledger.store import Store
 from agentbox.pool import Pool
 from agentbox.rules.answer import Answer
 from agentbox.rules.policy import Policy
-from agentbox.store import Store
 from agentbox.worker import Batch, Handled, Worker
 
 NOW = 1_700_000_000
@@ -53,7 +52,7 @@ def pool_of(pg_url: str) -> Iterator[Callable[[Recording], Pool]]:
 
 
 def test_a_round_passes_over_an_inbox_another_pool_emptied_since_it_began(
-        pool_of: Callable[[Recording], Pool], open_inbox: Callable[..., PostgresStore]) -> None:
+        pool_of: Callable[[Recording], Pool], open_inbox: Callable[..., Store]) -> None:
     for user in ("alice", "bob"):
         open_inbox(user).ingest("chat", f"{user}-1", "{}", NOW)
     handler = Recording()

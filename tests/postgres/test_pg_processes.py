@@ -23,11 +23,10 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.postgres import lease
-from agentbox.backends.postgres.store import PostgresStore
 from agentbox.errors import Busy
+from agentbox.ledger.store import Store
+from agentbox.location import open_store
 from agentbox.rules.outbox import CLAIM_GRACE
-from agentbox.store import open_store
 from support.clock import T0, TTL
 from support.handler import records, started_pids
 from support.processes import alive, finish_proc, wait_for
@@ -36,7 +35,7 @@ from support.store import outbox_states, say
 pytestmark = pytest.mark.slow
 SEND_TIMEOUT = 60
 Start = Callable[..., subprocess.Popen[str]]
-Inbox = Callable[..., PostgresStore]
+Inbox = Callable[..., Store]
 
 # A sender that records its call, then waits for a release file when told to.
 SENDER = textwrap.dedent("""
@@ -75,25 +74,25 @@ def sender(tmp_path: Path) -> Sender:
     return Sender(tmp_path)
 
 
-def waiting_on(holder: PostgresStore, observer: PostgresStore) -> int:
+def waiting_on(holder: Store, observer: Store) -> int:
     """How many sessions wait for a lock ``holder``'s session holds, as ``observer`` sees
     (the holder's own transaction would keep showing it the same activity snapshot)."""
-    row = observer.conn.execute(
+    row = observer.engine.conn.execute(
         "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-        (holder.conn.info.backend_pid,)).fetchone()
+        (holder.engine.conn.info.backend_pid,)).fetchone()
     return int(row[0]) if row else 0
 
 
 @contextlib.contextmanager
-def inbox_locked(store: PostgresStore) -> Iterator[None]:
+def inbox_locked(store: Store) -> Iterator[None]:
     """Hold the store's inbox lock, as a writer in the middle of its transaction does."""
     store.instance_id()  # makes the inbox row, if no write has yet
     assert store.inbox_id is not None
-    with lease.locked(store.conn, store.inbox_id):
+    with store._locked():
         yield
 
 
-def actions(store: PostgresStore, event_id: int) -> list[str]:
+def actions(store: Store, event_id: int) -> list[str]:
     return [e.action for e in store.story(event_id)]
 
 
@@ -285,11 +284,10 @@ def test_a_stalled_run_is_fenced_out_after_another_host_takes_over(
 
 STOPS_IN_A_TRANSACTION = textwrap.dedent("""
     import os, signal, sys
-    from agentbox.backends.postgres import lease
-    from agentbox.backends.postgres.store import PostgresStore
-    store = PostgresStore(sys.argv[1], "alice")
+    from agentbox.location import open_store
+    store = open_store(sys.argv[1], "alice")
     store.instance_id()
-    with lease.locked(store.conn, store.inbox_id):
+    with store._locked():
         print("locked", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
 """)
@@ -324,7 +322,7 @@ def test_hosts_opening_a_new_database_at_once_migrate_it_once(
     results = [finish_proc(p) for p in procs]
     assert [code for code, _, _ in results] == [0] * 6, results
     store = open_inbox()
-    assert store.conn.execute("SELECT version FROM migrations").fetchall() == [(1,)]
-    assert store.conn.execute("SELECT COUNT(*) FROM inboxes").fetchone() == (6,)
-    assert sorted(r[0] for r in store.conn.execute(
+    assert store.engine.conn.execute("SELECT version FROM migrations").fetchall() == [(1,)]
+    assert store.engine.conn.execute("SELECT COUNT(*) FROM inboxes").fetchone() == (6,)
+    assert sorted(r[0] for r in store.engine.conn.execute(
         "SELECT source_id FROM events").fetchall()) == ["m1"] * 6

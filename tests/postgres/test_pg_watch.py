@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.postgres.store import PostgresStore
+from agentbox.ledger.store import Store
 from support.handler import logged_batches
 from support.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
-Inbox = Callable[..., PostgresStore]
+Inbox = Callable[..., Store]
 
 
 def test_a_watcher_is_woken_by_an_ingest_on_another_host_and_a_standby_takes_over(

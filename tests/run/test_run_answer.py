@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
-from agentbox.backends.sqlite import approvals, timers
-from agentbox.errors import BadInput, NotAsAsked
+from agentbox.errors import BadInput, DatabaseError, NotAsAsked
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import ApprovalRequest, FollowUp, Message, TimerSpec, parse
+from agentbox.rules.timers import Timer
 from support.clock import T0
+from support.store import plant
+
+
+def timer(store: Store, name: str) -> Timer:
+    return next(t for t in store.timers(include_done=True) if t.name == name)
 
 
 def test_a_full_answer():
@@ -59,71 +63,67 @@ def spec(name: str, due: int, every: int | None = None, **extra: object) -> Time
 
 
 def test_re_adding_and_replacing_timers(store):
-    conn = store.conn
-    assert timers.add(conn, spec("d", T0, 3600), T0) == "added"
-    assert timers.tick(conn, T0) == 1
+    assert store.add_timer(spec("d", T0, 3600), T0) == "added"
+    assert store.tick(T0) == 1
     # The due time moved on; the same schedule re-added is unchanged, not re-armed.
-    assert timers.add(conn, spec("d", T0 + 50, 3600), T0 + 50) == "unchanged"
-    assert timers.get(conn, "d").due == T0 + 3600
+    assert store.add_timer(spec("d", T0 + 50, 3600), T0 + 50) == "unchanged"
+    assert timer(store, "d").due == T0 + 3600
     # --replace names the old due time: that is a change, and it re-arms it.
-    assert timers.add(conn, spec("d", T0, 3600), T0, replace=True) == "replaced"
-    assert timers.get(conn, "d").due == T0
-    assert timers.add(conn, spec("d", T0, 3600), T0, replace=True) == "unchanged"
+    assert store.add_timer(spec("d", T0, 3600), T0, replace=True) == "replaced"
+    assert timer(store, "d").due == T0
+    assert store.add_timer(spec("d", T0, 3600), T0, replace=True) == "unchanged"
     with pytest.raises(NotAsAsked):
-        timers.add(conn, spec("d", T0, 60), T0)
+        store.add_timer(spec("d", T0, 60), T0)
 
 
 def test_a_pass_stores_its_events_and_advances_its_timers_in_one_transaction(store):
     """Rule 5: a crash between the event and the timer's advance leaves neither."""
-    conn = store.conn
-    timers.add(conn, spec("daily", T0, 86400), T0)
-    timers.add(conn, spec("once", T0), T0)
+    conn = store.engine.conn
+    store.add_timer(spec("daily", T0, 86400), T0)
+    store.add_timer(spec("once", T0), T0)
     conn.execute("""CREATE TEMP TRIGGER crash_on_advance BEFORE UPDATE ON timers
                     BEGIN SELECT RAISE(ABORT, 'crash before the timer moved on'); END""")
-    with pytest.raises(sqlite3.IntegrityError, match="crash before the timer moved on"):
-        timers.tick(conn, T0 + 5)
+    with pytest.raises(DatabaseError, match="crash before the timer moved on"):
+        store.tick(T0 + 5)
     assert store.timer_events("daily") == [] and store.timer_events("once") == []
     assert [(t.name, t.due, t.done) for t in store.timers(include_done=True)] == [
         ("daily", T0, False), ("once", T0, False)]
     conn.execute("DROP TRIGGER crash_on_advance")
-    assert timers.tick(conn, T0 + 5) == 2
+    assert store.tick(T0 + 5) == 2
     assert [e.source_id for e in store.timer_events("daily")] == [f"daily@{T0}"]
-    assert timers.get(conn, "daily").due == T0 + 86400
+    assert timer(store, "daily").due == T0 + 86400
 
 
 def test_a_fired_one_off_is_spent(store):
-    conn = store.conn
-    assert timers.add(conn, spec("once", T0), T0) == "added"
-    assert timers.tick(conn, T0) == 1
-    assert timers.add(conn, spec("once", T0), T0) == "unchanged"
-    assert timers.add(conn, spec("once", T0 + 60), T0) == "added"  # no --replace needed
-    assert timers.tick(conn, T0 + 60) == 1
+    assert store.add_timer(spec("once", T0), T0) == "added"
+    assert store.tick(T0) == 1
+    assert store.add_timer(spec("once", T0), T0) == "unchanged"
+    assert store.add_timer(spec("once", T0 + 60), T0) == "added"  # no --replace needed
+    assert store.tick(T0 + 60) == 1
 
 
 def test_a_follow_up_re_arms_one_offs_only(store):
-    conn = store.conn
     follow = FollowUp("t", 60)
-    assert timers.add(conn, follow.to_timer(T0), T0, replace=True) == "added"
-    assert timers.add(conn, follow.to_timer(T0 + 5), T0 + 5, replace=True) == "replaced"
-    assert timers.add(conn, spec("daily", T0, 86400), T0) == "added"
+    assert store.add_timer(follow.to_timer(T0), T0, replace=True) == "added"
+    assert store.add_timer(follow.to_timer(T0 + 5), T0 + 5, replace=True) == "replaced"
+    assert store.add_timer(spec("daily", T0, 86400), T0) == "added"
     with pytest.raises(BadInput, match="recurring schedule"):
-        timers.add(conn, FollowUp("daily", 60).to_timer(T0), T0, replace=True)
-    assert approvals.request(conn, "r1", T0, 3600, "refund")
+        store.add_timer(FollowUp("daily", 60).to_timer(T0), T0, replace=True)
+    assert store.request_approval("r1", T0, 3600, "refund")
     with pytest.raises(BadInput, match="kept for approvals' expiries"):
-        timers.add(conn, FollowUp("expire:r1", 60).to_timer(T0), T0, replace=True)
+        store.add_timer(FollowUp("expire:r1", 60).to_timer(T0), T0, replace=True)
 
 
 def test_an_answer_never_crashes_on_a_foreign_event_under_its_key(store):
-    assert approvals.request(store.conn, "r1", T0, 3600, "refund")
-    store.ingest("approval", "r1", '{"note": "typed by hand"}', T0)
-    assert approvals.answer(store.conn, "r1", "yes", T0 + 1) == "unknown"
+    assert store.request_approval("r1", T0, 3600, "refund")
+    plant(store, "approval", "r1", '{"note": "typed by hand"}', T0)
+    assert store.answer_approval("r1", "yes", T0 + 1) == "unknown"
 
 
 def test_the_expiry_goes_once_it_fired(store):
-    conn = store.conn
-    assert approvals.request(conn, "r1", T0, 60, "refund")
+    assert store.request_approval("r1", T0, 60, "refund")
     with pytest.raises(NotAsAsked):
-        timers.remove(conn, "expire:r1", T0)
-    assert timers.tick(conn, T0 + 60) == 1
-    assert timers.remove(conn, "expire:r1", T0 + 61)
-    assert not timers.remove(conn, "expire:r1", T0 + 61)
+        store.remove_timer("expire:r1", T0)
+    assert store.tick(T0 + 60) == 1
+    assert store.remove_timer("expire:r1", T0 + 61)
+    assert not store.remove_timer("expire:r1", T0 + 61)

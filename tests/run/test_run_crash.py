@@ -15,7 +15,7 @@ import pytest
 from support.clock import T0, TTL
 from support.handler import records, started_pids
 from support.processes import alive, finish_proc, wait_for
-from support.store import actions, event_state
+from support.store import actions, event_state, steal_lease
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +154,7 @@ def test_a_lost_lease_stops_the_handler_and_records_nothing(
     store = open_inbox()
     lease = store.lease()
     # Someone steals the lease (as after a clock jump); the next renewal must notice.
-    store.conn.execute("UPDATE lease SET holder = 'thief', generation = generation + 1")
+    steal_lease(store)
     code, out, err = finish_proc(worker)
     assert code == 75
     assert f"lease lost while the handler ran (generation {lease.generation})" in err

@@ -6,10 +6,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.jsonutil import MAX_DEPTH
+from agentbox.ledger.store import Store
 from support.clock import T0
 from support.fixtures import Proc
+from support.store import plant
 
 
 def _nested(levels: int) -> str:
@@ -17,12 +18,12 @@ def _nested(levels: int) -> str:
 
 
 def test_a_deep_stored_payload_reaches_the_handler_as_text(
-        home: Path, open_inbox: Callable[[], SqliteStore], agentbox_proc: Proc,
+        home: Path, open_inbox: Callable[[], Store], agentbox_proc: Proc,
         tmp_path: Path) -> None:
     deep = _nested(980)  # what ingest stored before the bound: 980 levels parse, barely
     agentbox_proc("ingest", "chat", "ok", "--payload", '{"text":"hi"}',
                   env={"AGENTBOX_NOW": str(T0)})
-    open_inbox().ingest("legacy", "deep", deep, T0)  # the store takes canonical text as given
+    plant(open_inbox(), "legacy", "deep", deep, T0)  # as an older agentbox stored it
     seen = tmp_path / "batch.json"
     ran = agentbox_proc("run", "--", "sh", "-c", f"cat > {seen}",
                         env={"AGENTBOX_NOW": str(T0)})
@@ -34,7 +35,7 @@ def test_a_deep_stored_payload_reaches_the_handler_as_text(
     assert [store.event(i).status for i in (1, 2)] == ["done", "done"]  # type: ignore[union-attr]
 
     # the same payload, dead: every listing of it still answers
-    open_inbox().ingest("legacy", "deep-2", deep, T0)
+    plant(open_inbox(), "legacy", "deep-2", deep, T0)
     env = {"AGENTBOX_NOW": str(T0)}
     assert agentbox_proc("config", "set", "max_attempts", "1").returncode == 0
     assert agentbox_proc("run", "--", "sh", "-c", "exit 1", env=env).returncode == 1

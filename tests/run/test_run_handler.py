@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.process import MAX_STDOUT
 from agentbox.worker import idempotency_key
 from support.clock import T0
@@ -28,7 +28,7 @@ def ingest(cli: Cli, *ids: str, payload: str = "{}", now: int = T0) -> None:
         assert cli("ingest", "chat", source_id, "--payload", payload, now=now).code == 0
 
 
-def held(store: SqliteStore) -> list[tuple[str, bool]]:
+def held(store: Store) -> list[tuple[str, bool]]:
     return [(m.body, m.urgent) for m in store.outbox(("held",))]
 
 
@@ -95,7 +95,7 @@ def test_the_answer_lands_whole_in_the_finish(cli, handler, open_inbox):
     assert json.loads(timers["check-back"].payload) == {"about": "m1"}
     assert timers["expire:refund-7"].due == T0 + 4 * 3600
     # Written by the finish of generation 1 (that nothing half-applies is shown below).
-    queued = store.conn.execute("SELECT DISTINCT generation FROM outbox").fetchall()
+    queued = store.engine.conn.execute("SELECT DISTINCT generation FROM outbox").fetchall()
     assert queued == [(1,)]
     assert actions(store, store.find("chat", "m1").id)[-1] == "finished"
 

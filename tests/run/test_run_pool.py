@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from support.handler import logged_batches
 from support.processes import wait_for
+from support.sqlite import sqlite_store
 
 pytestmark = pytest.mark.slow
 QUICK = 5.0
 
 
-def user_store(home: Path, user: str) -> SqliteStore:
-    return SqliteStore(home / "inboxes" / f"{user}.sqlite3")
+def user_store(home: Path, user: str) -> Store:
+    return sqlite_store(home / "inboxes" / f"{user}.sqlite3")
 
 
 def ingest(home: Path, user: str, count: int, prefix: str = "m") -> None:

@@ -8,20 +8,20 @@ from pathlib import Path
 import pytest
 
 from agentbox.backends.sqlite.inboxes import SqliteInboxes
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
 from agentbox.pool import UPKEEP_LOOKS, Pool
 from agentbox.rules.policy import Policy
-from agentbox.store import Store
 from agentbox.upkeep import PruneReport
 from agentbox.worker import Worker
 from support.clock import T0
+from support.sqlite import sqlite_store
 
 
 def test_a_quiet_round_looks_at_a_bounded_number_of_inboxes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     users = [f"user{n:03d}" for n in range(2 * UPKEEP_LOOKS + 5)]
     for user in users:
-        SqliteStore(tmp_path / f"{user}.sqlite3").close()
+        sqlite_store(tmp_path / f"{user}.sqlite3").close()
     looked: list[str] = []
 
     def prune_if_due(self: Worker) -> PruneReport | None:

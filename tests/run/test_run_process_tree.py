@@ -24,7 +24,7 @@ from support.processes import (
     tree_argv,
     tree_pids,
 )
-from support.store import event_state
+from support.store import event_state, steal_lease
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN = 1.0  # seconds after agentbox dies
@@ -73,7 +73,7 @@ def test_a_lost_lease_stops_the_whole_tree(cli, start_run, tmp_path, open_inbox)
     pids = tree_pids(pidfile)
     try:
         store = open_inbox()
-        store.conn.execute("UPDATE lease SET holder = 'thief', generation = generation + 1")
+        steal_lease(store)
         code, _out, err = finish_proc(worker)
         took = gone_within(pids, GONE_WITHIN)
     finally:

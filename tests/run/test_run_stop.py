@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
 from agentbox.stopping import Stop
 from agentbox.worker import Worker
 from support.clock import T0
+from support.sqlite import sqlite_store
 
 
 def test_a_stop_that_comes_during_an_empty_claim_leaves_the_run_idle(tmp_path: Path) -> None:
     """A watcher stopped while it looks at an empty inbox reports no interrupted run."""
-    with SqliteStore(tmp_path / "alice.sqlite3") as store:
+    with sqlite_store(tmp_path / "alice.sqlite3") as store:
         worker = Worker(store=store, policy=Policy(), handler=None,  # type: ignore[arg-type]
                         user="alice", db=store.location, clock=lambda: T0,
                         stop=Stop(signum=15))

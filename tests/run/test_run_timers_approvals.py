@@ -91,7 +91,7 @@ def test_case_7_approvals_with_a_four_hour_window(cli, open_inbox):
     outcomes = {a["id"]: a["outcome"] for a in json.loads(listing.out)}
     assert outcomes == {"refund-881": "expired", "refund-882": "expired", "refund-883": "yes"}
     # Only one outcome per request was ever stored.
-    count = store.conn.execute("SELECT COUNT(*) FROM events WHERE source = 'approval'")
+    count = store.engine.conn.execute("SELECT COUNT(*) FROM events WHERE source = 'approval'")
     assert count.fetchone()[0] == 3
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from agentbox import calendar
-from agentbox.backends.sqlite import lease, runs
+from agentbox.ledger import runs
+from agentbox.rules.records import Lease
 
 
 def _failures(cli: Callable[..., Any], token: str) -> list[dict[str, Any]]:
@@ -23,7 +23,9 @@ def _failures(cli: Callable[..., Any], token: str) -> list[dict[str, Any]]:
 
 def test_a_finish_without_the_fence_breaks_the_takeover_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runs, "_fenced", lambda *args: True)
+    # Every id counts as ours, on its first attempt, whatever the lease says.
+    monkeypatch.setattr(runs, "_fenced", lambda tx, lease, holder, generation, now, ids:
+                        dict.fromkeys(ids, 1))
     failed = _failures(cli, "lease-takeover")
     assert [(s["n"], s["label"]) for s in failed] == [
         (9, "A finishes its old claim (gen 1)"), (11, "outbox rows")]
@@ -35,15 +37,14 @@ def test_a_finish_without_the_fence_breaks_the_takeover_case(
     assert "✗ true" in row  # what it observed instead of the expected false
 
 
-def _ignores_generation(conn: sqlite3.Connection, holder: str, generation: int,
+def _ignores_generation(current: Lease | None, holder: str, generation: int,
                         now: int) -> bool:
-    current = lease.current(conn)
     return current is not None and current.holder == holder and current.until >= now
 
 
 def test_a_fence_on_the_holder_name_alone_breaks_the_same_holder_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lease, "holds", _ignores_generation)
+    monkeypatch.setattr(runs, "holds", _ignores_generation)
     failed = _failures(cli, "same-holder-takeover")
     assert failed[0]["n"] == 5
     assert failed[0]["label"] == "A finishes its generation-1 claim"
@@ -52,7 +53,7 @@ def test_a_fence_on_the_holder_name_alone_breaks_the_same_holder_case(
 
 def test_no_dead_letter_rule_breaks_the_poison_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runs, "_bury_exhausted", lambda *args: None)
+    monkeypatch.setattr(runs, "_bury", lambda *args: None)
     failed = _failures(cli, "5")
     assert failed[0]["n"] == 9  # W3 gets the poison event a fourth time
     assert failed[0]["observed"] == ["poison"]
@@ -68,22 +69,23 @@ def test_a_scenario_fails_only_where_it_differs(cli: Callable[..., Any]) -> None
 
 def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.backends.sqlite import outbox
+    from agentbox.ledger import outbox
+    from agentbox.ledger.engine import Tx
 
-    def any_claim(conn: sqlite3.Connection) -> int | None:
-        row = conn.execute("SELECT MAX(claimed_at) FROM dispatches").fetchone()
-        return None if row[0] is None else int(row[0])
+    def any_claim(tx: Tx) -> int | None:
+        row = tx.one("SELECT MAX(claimed_at) FROM dispatches WHERE inbox_id = :box")
+        return None if row is None or row[0] is None else int(row[0])
 
-    monkeypatch.setattr(outbox, "last_send", any_claim)
+    monkeypatch.setattr(outbox, "_last_send", any_claim)
     failed = _failures(cli, "failed-send-held-again")
     assert failed[0]["n"] == 5 and failed[0]["observed"] == "wait"
 
 
 def test_never_parking_at_most_once_claims_breaks_the_uncertain_case(
         cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentbox.backends.sqlite import outbox
+    from agentbox.ledger import outbox
 
-    monkeypatch.setattr(outbox, "_park_expired", lambda *args: None)
+    monkeypatch.setattr(outbox, "_park_expired", lambda *args: [])
     failed = _failures(cli, "at-most-once-uncertain")
     assert failed[0]["label"] == "count outbox.uncertain" and failed[0]["observed"] == 0
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
-from agentbox.store import Store
+from agentbox.ledger.store import Store
 from support.handler import BATCH_LOGGER, HANDLER
 from support.processes import proc_env
 from support.sending import Sender
+from support.sqlite import sqlite_store
 from support.watching import Watcher, launch
 
 Cli = Callable[..., Any]  # the ``cli`` fixture: cli(*argv, now=None, stdin=None) -> CliResult
@@ -129,9 +129,9 @@ def start(home: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
+def store(tmp_path: Path) -> Iterator[Store]:
     """A fresh, open SQLite store on disk, outside any home (for engine-level tests)."""
-    with SqliteStore(tmp_path / "inbox.sqlite3") as opened:
+    with sqlite_store(tmp_path / "inbox.sqlite3") as opened:
         yield opened
 
 
@@ -166,7 +166,7 @@ def open_inbox(home: Path) -> Iterator[Callable[..., Store]]:
     opened: list[Store] = []
 
     def open_one(user: str = "alice") -> Store:
-        store = SqliteStore(home / "inboxes" / f"{user}.sqlite3")
+        store = sqlite_store(home / "inboxes" / f"{user}.sqlite3")
         opened.append(store)
         return store
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from agentbox.backends.postgres.store import PostgresStore
+    from agentbox.ledger.store import Store
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 SKIPPED = "PostgreSQL tests skipped"  # every skip reason starts so
@@ -64,17 +64,17 @@ def fresh_schema() -> Iterator[str]:
         yield url
 
 
-def dump(store: PostgresStore) -> dict[str, object]:
+def dump(store: Store) -> dict[str, object]:
     """Every row of every table that belongs to the store's inbox (the schema's
     migrations included), in one query: two equal dumps mean nothing changed."""
-    row = store.conn.execute(_dump_query(store), {"box": store.inbox_id or 0}).fetchone()
+    row = store.engine.conn.execute(_dump_query(store), {"box": store.inbox_id or 0}).fetchone()
     assert row is not None
     return dict(row[0])
 
 
-def _dump_query(store: PostgresStore) -> str:
+def _dump_query(store: Store) -> str:
     """One statement reading every table of the schema, each as a sorted JSON list."""
-    tables = store.conn.execute(
+    tables = store.engine.conn.execute(
         """SELECT c.relname, bool_or(a.attname = 'inbox_id') FROM pg_class c
            JOIN pg_namespace n ON n.oid = c.relnamespace
            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
@@ -90,10 +90,10 @@ def _dump_query(store: PostgresStore) -> str:
     return f"SELECT json_build_object({', '.join(parts)})"
 
 
-def real_counts(store: PostgresStore, table: str, column: str,
+def real_counts(store: Store, table: str, column: str,
                 states: Sequence[str]) -> dict[str, int]:
     """Counts by state from a real GROUP BY over the inbox's rows, zero included."""
-    found = dict(store.conn.execute(
+    found = dict(store.engine.conn.execute(
         f"SELECT {column}, COUNT(*) FROM {table} WHERE inbox_id = %s GROUP BY {column}",
         (store.inbox_id or 0,)).fetchall())
     assert set(found) <= set(states), found

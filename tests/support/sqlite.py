@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.ledger.store import Store
+from agentbox.location import open_store
 from agentbox.rules.records import EVENT_STATES, OUTBOX_STATES
 
 Dump = dict[str, list[tuple[object, ...]]]
+
+
+def sqlite_store(path: str | os.PathLike[str], *, durable: bool = True,
+                 busy_timeout: float | None = None, make_folders: bool = True) -> Store:
+    """The store of the inbox file ``path``, made (with its folders) if missing."""
+    return open_store(path, "", durable=durable, busy_timeout=busy_timeout,
+                      make_folders=make_folders)
 
 
 def dump(conn: sqlite3.Connection) -> Dump:
@@ -28,8 +37,8 @@ def real_counts(conn: sqlite3.Connection, table: str, column: str,
     return {s: int(found.get(s, 0)) for s in states}
 
 
-def assert_counts_true(store: SqliteStore) -> None:
+def assert_counts_true(store: Store) -> None:
     """The trigger-kept counts equal a GROUP BY over the rows themselves."""
     status = store.status()
-    assert status.events == real_counts(store.conn, "events", "status", EVENT_STATES)
-    assert status.outbox == real_counts(store.conn, "outbox", "state", OUTBOX_STATES)
+    assert status.events == real_counts(store.engine.conn, "events", "status", EVENT_STATES)
+    assert status.outbox == real_counts(store.engine.conn, "outbox", "state", OUTBOX_STATES)

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import OUTBOX_STATES, Event
-from agentbox.store import Store
+from agentbox.rules.records import OUTBOX_STATES, Event, IngestResult
 from support.clock import T0, TTL
 
 POLICY = Policy(lease_ttl=TTL, max_attempts=3)  # the article's: a 120 s lease, three attempts
@@ -112,3 +112,21 @@ class StepWorker:
 
 
 MakeStepWorker = Callable[..., StepWorker]  # the engine folder's `worker` fixture
+
+
+def plant(store: Store, source: str, source_id: str, payload: str, now: int) -> IngestResult:
+    """Store an event as no delivery may: under a source agentbox keeps for itself, or
+    with a payload that is no JSON object. An older agentbox or a hand-edited file can
+    leave such an event; the tests of how one is read plant it so."""
+    from agentbox.ledger.inbox import store_in
+
+    with store._write() as tx:
+        return store_in(store.engine, tx, source, source_id, payload, now)
+
+
+def steal_lease(store: Store) -> None:
+    """Hand the lease to another holder behind its holder's back, as no worker can (a
+    takeover waits for the lease to end): what a worker that lost its lease sees."""
+    with store._write() as tx:
+        tx.run("""UPDATE inboxes SET lease_holder = 'thief',
+                      lease_generation = lease_generation + 1 WHERE id = :box""")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.errors import BadInput
 from agentbox.jsonl import ENVELOPE_SLACK, IngestReport, ingest_stream, parse_line
+from agentbox.ledger.store import Store
 from support.clock import T0
+from support.sqlite import sqlite_store
 
 
 def test_parse_line_canonicalises_the_payload() -> None:
@@ -35,7 +36,7 @@ def test_bad_lines(raw: bytes, needle: str) -> None:
     assert needle in str(caught.value)
 
 
-def test_report_keeps_line_order_across_chunks(store: SqliteStore) -> None:
+def test_report_keeps_line_order_across_chunks(store: Store) -> None:
     lines = [f'{{"source": "s", "source_id": "{i}"}}\n'.encode() for i in range(10)]
     lines[4] = b"oops\n"
     lines.insert(7, b"   \n")  # blank lines are skipped but still counted
@@ -58,7 +59,7 @@ def test_report_documents() -> None:
 
 
 def test_a_stream_of_2500_lines_is_stored_whole(tmp_path: Path) -> None:
-    with SqliteStore(tmp_path / "x.sqlite3") as store:
+    with sqlite_store(tmp_path / "x.sqlite3") as store:
         lines = (f'{{"source": "s", "source_id": "{i}"}}\n'.encode() for i in range(2_500))
         report = ingest_stream(store, lines, T0, 1000)
         assert report.totals()["stored"] == 2_500

@@ -7,8 +7,8 @@ import typer
 from agentbox.cli.app import JsonFlag, app, session
 
 if TYPE_CHECKING:
+    from agentbox.ledger.store import Store
     from agentbox.rules.records import Event
-    from agentbox.store import Store
 
 LIST_COLUMNS = ["id", "created_at", "status", "attempts", "source", "source_id"]
 DEFAULT_LIMIT = 100

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agentbox.cli.session import Session
-    from agentbox.store import Store
+    from agentbox.ledger.store import Store
     from agentbox.upkeep import PruneReport
     from agentbox.worker import RunReport, Worker
 
@@ -166,8 +166,8 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
 
     from agentbox import config, paths, render
     from agentbox.errors import UsageError
+    from agentbox.location import locate_inboxes, open_inboxes
     from agentbox.pool import Pool
-    from agentbox.store import locate_inboxes, open_inboxes
     from agentbox.worker import CommandHandler, Worker, check_command
 
     if sess.user_flag is not None:

@@ -77,7 +77,7 @@ def _database(flag: Optional[str], root_flag: Optional[str]) -> Optional[str]:  
     and drops a schema, which nobody should get without asking.
     """
     from agentbox.errors import UsageError
-    from agentbox.store import is_url
+    from agentbox.location import is_url
 
     if flag is not None and not is_url(flag):
         raise UsageError("scenarios --db takes a postgresql:// URL; without it they replay "

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
     from agentbox.config import Settings
-    from agentbox.store import Inboxes, Store
+    from agentbox.ledger.inboxes import Inboxes
+    from agentbox.ledger.store import Store
 
 
 # Commands (as typed after `agentbox`) that only read the inbox.
@@ -46,15 +47,15 @@ class Session:
     def chosen_db(self) -> str | None:
         """The inbox named by ``--db``, ``$AGENTBOX_DB`` or the ``database`` setting, if any
         (None: the user's own file)."""
-        from agentbox.store import named
+        from agentbox.location import named
 
         return named(self.db_flag, self.user_flag)
 
     @cached_property
     def db_target(self) -> str:
-        """Where the inbox lives (see :func:`agentbox.store.locate`); its folder is made
+        """Where the inbox lives (see :func:`agentbox.location.locate`); its folder is made
         only by a command that may create the inbox (see :meth:`store`)."""
-        from agentbox.store import locate
+        from agentbox.location import locate
 
         return locate(self.db_flag, self.user_flag, make_folder=False)
 
@@ -73,7 +74,7 @@ class Session:
         """The inbox, opened as this command may: see the module docstring."""
         if self._store is None:
             from agentbox.errors import BadInput, NoInbox
-            from agentbox.store import empty_view
+            from agentbox.location import empty_view
 
             reads = self.command in READ_ONLY
             try:
@@ -96,7 +97,7 @@ class Session:
         for a caller that must answer sooner than the store's own wait. Without
         ``create`` a missing inbox is :class:`~agentbox.errors.NoInbox`.
         """
-        from agentbox.store import is_url, open_store
+        from agentbox.location import is_url, open_store
 
         target = self.db_target
         # A file is the inbox itself: a --db file needs no usable user name.
@@ -108,7 +109,7 @@ class Session:
 
     def no_inbox(self) -> str:
         """What to say when the inbox does not exist: whose, and which ones do."""
-        from agentbox.store import is_url
+        from agentbox.location import is_url
 
         if self.chosen_db and not is_url(self.chosen_db):
             return f"no inbox at {self.db_target}"
@@ -121,8 +122,9 @@ class Session:
                 f"(inboxes: {', '.join(users) if users else 'none yet'})")
 
     def inboxes(self) -> Inboxes:
-        """Every user's inbox where this one's live (see :func:`agentbox.store.locate_inboxes`)."""
-        from agentbox.store import locate_inboxes, open_inboxes
+        """Every user's inbox where this one's live (see
+        :func:`agentbox.location.locate_inboxes`)."""
+        from agentbox.location import locate_inboxes, open_inboxes
 
         return open_inboxes(locate_inboxes(self.db_flag))
 

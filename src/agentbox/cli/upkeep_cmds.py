@@ -100,7 +100,7 @@ def backup(
     """
     import os
 
-    from agentbox import render
+    from agentbox import render, upkeep
     from agentbox.errors import UsageError
 
     target = os.path.abspath(dest)
@@ -109,7 +109,7 @@ def backup(
     store = session(ctx).store()
     if os.path.exists(target) and os.path.samefile(target, store.location):
         raise UsageError(f"{dest} is the inbox itself")
-    size = store.backup(target, replace=force)
+    size = upkeep.backup(store, target, replace=force)
     if as_json:
         render.document({"db": store.location, "backup": target, "bytes": size})
     else:

@@ -2,7 +2,7 @@
 
 A scenario is a TOML file of steps against a simulated clock (the format is
 described in docs/scenarios.md). :func:`run` replays one through the
-:class:`~agentbox.store.Store` on a fresh throwaway inbox and records what
+:class:`~agentbox.ledger.store.Store` on a fresh throwaway inbox and records what
 each step observed next to what it expected. Its ``run`` and ``dispatch``
 steps go through the very :class:`~agentbox.worker.Worker` and
 :class:`~agentbox.dispatcher.Dispatcher` the commands use, with a scripted

@@ -5,7 +5,7 @@ A step's action is ``do_<kind>(replay, args)``, ``args`` being the step's fields
 checked. The `run` and `dispatch` steps go through the very
 :class:`~agentbox.worker.Worker` and :class:`~agentbox.dispatcher.Dispatcher` the
 commands use, with a scripted handler and a recording sender in place of the user's
-commands; the other steps are single calls of the :class:`~agentbox.store.Store`.
+commands; the other steps are single calls of the :class:`~agentbox.ledger.store.Store`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from agentbox.dispatcher import Dispatcher
+from agentbox.ledger.store import Store
 from agentbox.replay.fields import StepError, is_int, is_time
 from agentbox.rules.answer import Answer
 from agentbox.rules.lease import new_holder_id
@@ -24,7 +25,6 @@ from agentbox.rules.outbox import SEPARATOR, Dispatch, Wait
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import SendOutcome
 from agentbox.rules.timers import TimerSpec, cron_due
-from agentbox.store import Store
 from agentbox.worker import Batch, Handled, Worker
 
 SHOWN_SEPARATOR = " | "  # how a merged outbox body is shown, as the article prints it

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentbox.errors import AgentboxError, BadInput
+from agentbox.location import scratch_store
 from agentbox.replay.actions import Replay
 from agentbox.replay.fields import StepError, is_number
 from agentbox.replay.kinds import KINDS
 from agentbox.replay.model import Scenario, ScenarioReport, Step, StepResult, offset
-from agentbox.store import scratch_store
 
 
 def _plain(value: Any) -> Any:

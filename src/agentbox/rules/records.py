@@ -7,13 +7,11 @@ caller above the store cannot tell which backend produced a record. The state
 names live here too, so the CLI, the scenario runner and every backend share
 one list. The records of timers, approvals, the outbox, pruning and `doctor`
 live beside their rules (rules.timers, rules.approvals, rules.outbox,
-rules.retention, rules.health), so that an ingest defines none of them.
+rules.retention, rules.health), so that an ingest defines none of them; an
+inbox's status and vitals beside the store that reads them (ledger.store).
 """
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
-
-if TYPE_CHECKING:
-    from agentbox.rules.timers import Timer
+from typing import Literal, NamedTuple
 
 EVENT_STATES = ("pending", "running", "done", "dead")
 OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
@@ -65,21 +63,3 @@ class Entry(NamedTuple):
     action: str
     generation: int | None
     detail: str | None
-
-
-class Status(NamedTuple):
-    events: dict[str, int]
-    outbox: dict[str, int]
-    lease: Lease | None
-    next_timer: "Timer | None"
-
-
-class Vitals(NamedTuple):
-    """What an operator watches on one inbox (``inboxes``, ``metrics``, ``doctor``)."""
-
-    status: Status
-    oldest_pending: int | None  # when the oldest pending event (lowest id) arrived
-    last_run: int | None        # when a run last claimed (finding work or not)
-    last_prune: int | None      # when a prune last completed
-    last_activity: int | None   # the latest transition recorded, or the last run
-    bytes: int                  # what the inbox takes on disk (for SQLite: file + WAL)

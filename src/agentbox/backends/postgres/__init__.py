@@ -1,9 +1,9 @@
 """The PostgreSQL backend: every user's inbox in one database, one schema.
 
-Each module owns the SQL of one concern (lease and the inbox lock, inbox,
-runs, timers, approvals, outbox, history) and applies the decisions of
-:mod:`agentbox.rules` inside a transaction holding the inbox's row lock
-(ingest alone takes none); :mod:`.store` puts them behind the
-:class:`agentbox.store.Store` protocol and translates psycopg errors.
-Needs the optional extra: ``pip install 'agentbox[postgres]'``.
+Only what the engine does its own way lives here: sessions, the schema and
+its migrations, and errors (``db``, ``schema``), the engine the ledger writes
+through (``engine``: transactions that lock the inbox's row, the one-statement
+ingest that counts and wakes), the URL, free of psycopg (``url``), waking
+watchers with LISTEN/NOTIFY (``wake``), every inbox of a schema (``inboxes``),
+and the schema's health (``upkeep``). Needs the optional extra ``postgres``.
 """

@@ -69,14 +69,14 @@ def _reason(text: str) -> str:
     return text
 
 
-def session(target: Target, synchronous: str = "FULL",
+def session(target: Target, durable: bool = True,
             lock_timeout: float = LOCK_TIMEOUT_S) -> psycopg.Connection[Any]:
     """A connection in autocommit mode with the schema on its search path.
 
-    ``synchronous`` is the SQLite word: anything but ``OFF`` means
-    ``synchronous_commit = on``, whatever the server's default, so an
-    acknowledged write survives a crash of the server. ``lock_timeout``
-    (seconds) bounds a wait for an inbox's lock before :class:`Busy`.
+    ``durable`` sets ``synchronous_commit = on`` whatever the server's default,
+    so an acknowledged write survives a crash of the server (off: scratch
+    inboxes). ``lock_timeout`` (seconds) bounds a wait for an inbox's lock
+    before :class:`Busy`.
     """
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -88,7 +88,7 @@ def session(target: Target, synchronous: str = "FULL",
     settings = (f"-c search_path={target.schema} "
                 f"-c lock_timeout={max(1, round(lock_timeout * 1000))}ms "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s "
-                f"-c synchronous_commit={'off' if synchronous.upper() == 'OFF' else 'on'}")
+                f"-c synchronous_commit={'on' if durable else 'off'}")
     params["options"] = f"{params.get('options') or ''} {settings}".strip()
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "agentbox")
@@ -98,14 +98,14 @@ def session(target: Target, synchronous: str = "FULL",
         raise translate(exc, target.location) from None
 
 
-def connect(target: Target, synchronous: str = "FULL", lock_timeout: float | None = None,
+def connect(target: Target, durable: bool = True, lock_timeout: float | None = None,
             create: bool = True) -> psycopg.Connection[Any]:
     """Open a session (see :func:`session`) on a schema migrated to this version.
 
     ``lock_timeout`` defaults to :data:`LOCK_TIMEOUT_S`. Without ``create`` a
     schema that has no tables yet is :class:`NoInbox`, and nothing is made.
     """
-    conn = session(target, synchronous, LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout)
+    conn = session(target, durable, LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout)
     try:
         if not create and _version(conn) is None:
             raise NoInbox(target.location)
@@ -209,22 +209,7 @@ def _version_in_transaction(conn: psycopg.Connection[Any], target: Target) -> in
     return int(version[0]) if version else 0
 
 
-class Box:
-    """One inbox as the modules see it: the connection and the ``inboxes`` row id.
-
-    Outside a transaction each statement is its own (the session is in
-    autocommit mode).
-    """
-
-    def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
-        self.conn = conn
-        self.id = box_id
-
-    def read(self, query: str, params: Params = ()) -> psycopg.Cursor[Any]:
-        return self.conn.execute(query, params)
-
-
-class Tx(Box):
+class Tx:
     """One transaction on one inbox; see :func:`transaction`.
 
     Reads go out at once, with every write queued before them in the same
@@ -235,7 +220,8 @@ class Tx(Box):
     """
 
     def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
-        super().__init__(conn, box_id)
+        self.conn = conn
+        self.id = box_id
         self._queued: list[str] = ["BEGIN"]
         self._bind = psycopg.ClientCursor(conn)
 
@@ -249,7 +235,11 @@ class Tx(Box):
 
     def write(self, query: str, params: Params = ()) -> None:
         """Queue a statement whose answer nobody reads."""
-        self._queued.append(self._bind.mogrify(query, params))
+        self._queued.append(self.bind(query, params))
+
+    def bind(self, query: str, params: Params) -> str:
+        """``query`` with its parameters written in, as the server will read it."""
+        return self._bind.mogrify(query, params)
 
     def _batch(self, last: str) -> str:
         batch = ";\n".join([*self._queued, last])
@@ -300,21 +290,3 @@ def create_inbox(conn: psycopg.Connection[Any], name: str) -> int:
     found = find_inbox(conn, name)
     assert found is not None  # inboxes are never deleted
     return found
-
-
-def instance_id(box: Box) -> str:
-    row = box.read("SELECT instance FROM inboxes WHERE id = %s", (box.id,)).fetchone()
-    assert row is not None
-    return str(row[0])
-
-
-def state_counts(box: Box) -> dict[str, dict[str, int]]:
-    """Rows per state of every counted table, every state present, from the kept tallies."""
-    from agentbox.backends.postgres.schema import COUNTED
-
-    found: dict[tuple[str, str], int] = {
-        (str(t), str(s)): int(n) for t, s, n in box.read(
-            """SELECT tbl, state, SUM(n) FROM state_counts WHERE inbox_id = %s
-               GROUP BY tbl, state""", (box.id,)).fetchall()}
-    return {table: {state: found.get((table, state), 0) for state in states}
-            for table, (_, states) in COUNTED.items()}

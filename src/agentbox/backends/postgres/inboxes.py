@@ -14,22 +14,24 @@ from typing import Any
 
 import psycopg
 
-from agentbox.backends.postgres import db, runs
-from agentbox.backends.postgres.store import PostgresStore
+from agentbox.backends.postgres import db
+from agentbox.backends.postgres.engine import PostgresEngine
 from agentbox.backends.postgres.url import parse
 from agentbox.backends.postgres.wake import SchemaWaiter
 from agentbox.errors import AgentboxError, DatabaseError
+from agentbox.ledger.runs import next_work_of
+from agentbox.ledger.store import Store
 from agentbox.paths import check_user
 
 
 class PostgresInboxes:
-    """The :class:`~agentbox.store.Inboxes` of one PostgreSQL schema."""
+    """The :class:`~agentbox.ledger.inboxes.Inboxes` of one PostgreSQL schema."""
 
     def __init__(self, url: str) -> None:
         self.target = parse(url)
         self.location = self.target.location
         self.conn: psycopg.Connection[Any] = db.connect(self.target)
-        self._stores: dict[str, PostgresStore] = {}
+        self._stores: dict[str, Store] = {}
         self._failed: dict[str, str] = {}
 
     def _read(self, query: str, params: db.Params = ()) -> list[tuple[Any, ...]]:
@@ -41,25 +43,30 @@ class PostgresInboxes:
     def users(self) -> list[str]:
         return [str(r[0]) for r in self._read("SELECT name FROM inboxes ORDER BY name")]
 
-    def store(self, user: str) -> PostgresStore:
+    def store(self, user: str) -> Store:
         opened = self._stores.get(user)
         if opened is None:
-            found = self._read("SELECT id FROM inboxes WHERE name = %s", (check_user(user),))
-            if not found:
+            if self._box_of(user) is None:
                 raise DatabaseError(f"{self.location}: no inbox for user {user!r}")
-            opened = PostgresStore.sharing(self.conn, self.target, user, int(found[0][0]))
+            opened = Store(PostgresEngine.sharing(self.conn, self.target, user))
             self._stores[user] = opened
         return opened
 
+    def _box_of(self, user: str) -> int | None:
+        found = self._read("SELECT id FROM inboxes WHERE name = %s", (check_user(user),))
+        return int(found[0][0]) if found else None
+
     def next_work(self, now: int, users: Collection[str]) -> dict[str, int]:
+        """One read for every inbox asked about, whatever their number."""
         try:
-            return runs.next_work_of(self.conn, sorted(users), now)
-        except psycopg.Error as exc:
-            why = str(db.translate(exc, self.location))
+            names = {int(i): str(n) for i, n in self._read(
+                "SELECT id, name FROM inboxes WHERE name = ANY(%s)", (sorted(users),))}
+            due = next_work_of(PostgresEngine.sharing(self.conn, self.target, "").reader(0),
+                               names, now)
         except AgentboxError as exc:
-            why = str(exc)
-        self._failed.update(dict.fromkeys(users, why))
-        return {}
+            self._failed.update(dict.fromkeys(users, str(exc)))
+            return {}
+        return {names[box]: at for box, at in due.items()}
 
     def failures(self) -> dict[str, str]:
         failed, self._failed = self._failed, {}

@@ -62,7 +62,7 @@ class Listener:
 
 
 class InboxWaiter:
-    """The :class:`~agentbox.store.Waiter` of one inbox, blind to its store's own writes.
+    """The :class:`~agentbox.ledger.engine.Waiter` of one inbox, blind to its store's own writes.
 
     ``box_id`` finds the inbox's row id: None while the inbox has not been made
     (then a notification about any new inbox is looked at).
@@ -90,7 +90,7 @@ class InboxWaiter:
 
 
 class SchemaWaiter:
-    """The :class:`~agentbox.store.InboxesWaiter` of every inbox in one schema.
+    """The :class:`~agentbox.ledger.inboxes.InboxesWaiter` of every inbox in one schema.
 
     ``names`` maps inbox ids to users (new inboxes included), ``own`` is the
     connection whose writes are not news.

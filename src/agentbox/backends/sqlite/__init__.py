@@ -1,7 +1,8 @@
 """The SQLite backend: one user's inbox in one file.
 
-Each module owns the SQL of one concern (lease, inbox, timers, approvals,
-outbox, history) and applies the decisions of :mod:`agentbox.rules` inside a
-``BEGIN IMMEDIATE`` transaction; :mod:`.store` puts them behind the
-:class:`agentbox.store.Store` protocol and translates sqlite3 errors.
+Only what the engine does its own way lives here: opening, checking and
+migrating a file (``db``, ``schema``), the engine the ledger writes through
+(``engine``: ``BEGIN IMMEDIATE`` transactions, the one-statement ingest),
+waking watchers (``wake``), every inbox of a folder (``inboxes``) and looking
+after the file (``upkeep``).
 """

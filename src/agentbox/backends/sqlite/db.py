@@ -17,13 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentbox.backends.sqlite.schema import COUNTED, MIGRATIONS, SCHEMA_VERSION
+from agentbox.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from agentbox.errors import Busy, DatabaseError, NoInbox
 
 APPLICATION_ID = 0x41474258  # "AGBX": marks a file as an agentbox inbox
 WAL_KEEP = 4 * 1024 * 1024  # bytes of write-ahead log kept after a checkpoint
-LAST_RUN = "last_run"  # meta keys: when a run last claimed, when a prune last completed
-LAST_PRUNE = "last_prune"
 BUSY_TIMEOUT_S = 30.0
 # Waiting for the write lock: the first pause, and the longest (see take_write_lock).
 _FIRST_PAUSE_S = 50e-6
@@ -142,15 +140,17 @@ class InboxConnection(sqlite3.Connection):
     busy_timeout_s = BUSY_TIMEOUT_S
 
 
-def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
+def connect(path: str | os.PathLike[str], *, durable: bool = True,
             make_folders: bool = True, create: bool = True,
             busy_timeout: float | None = None) -> sqlite3.Connection:
     """Open an inbox file and bring its schema up to date.
 
     A missing file is created (0600), unless ``create`` is false: then it is
-    :class:`NoInbox`, and nothing is made. ``busy_timeout`` (seconds, default
-    :data:`BUSY_TIMEOUT_S`) bounds how long a statement waits for a lock another
-    connection holds.
+    :class:`NoInbox`, and nothing is made. ``durable`` commits wait for the
+    disk (``synchronous=FULL``: an acknowledged webhook survives power loss);
+    without it (scratch inboxes) they do not wait at all. ``busy_timeout``
+    (seconds, default :data:`BUSY_TIMEOUT_S`) bounds how long a statement
+    waits for a lock another connection holds.
     """
     wait = BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout
     file = Path(path)
@@ -173,7 +173,7 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
             # header: space that prune frees can then be handed back to the disk.
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         _enable_wal(conn, file)
-        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
         # A log that grew during a long read (a backup) or a big prune is cut back
         # once it has been checkpointed, instead of keeping its size for good.
         conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP}")
@@ -189,7 +189,7 @@ def connect(path: str | os.PathLike[str], *, synchronous: str = "FULL",
 
 def connect_empty() -> sqlite3.Connection:
     """A new, empty inbox in memory that refuses every write: what a command that
-    only reads sees of an inbox that does not exist."""
+    only reads sees of an inbox that does not exist, on any backend."""
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     migrate(conn, Path(":memory:"), 0)
     conn.execute("PRAGMA query_only = ON")
@@ -298,7 +298,7 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
     ``durable=False`` commits without waiting for the disk (``synchronous=NORMAL``
     for this transaction alone): still atomic and consistent, and carried to disk
     by the next durable commit, but lost if the machine goes down first. Only
-    lease writes use it; see :mod:`agentbox.backends.sqlite.lease`.
+    lease writes use it; see :mod:`agentbox.ledger.lease`.
     """
     level = None if durable else int(conn.execute("PRAGMA synchronous").fetchone()[0])
     if level is not None and level > 1:  # FULL or EXTRA: relax it for this commit
@@ -359,27 +359,3 @@ def take_write_lock(conn: sqlite3.Connection, statement: str,
             pause = min(pause * 2, _LONGEST_PAUSE_S)
     finally:
         conn.execute(f"PRAGMA busy_timeout = {round(budget * 1000)}")
-
-
-def state_counts(conn: sqlite3.Connection, table: str) -> dict[str, int]:
-    """Rows of ``table`` per state, every state present, from the trigger-kept tallies."""
-    rows = conn.execute("SELECT state, n FROM state_counts WHERE tbl = ?", (table,)).fetchall()
-    found = {state: int(n) for state, n in rows}
-    return {state: found.get(state, 0) for state in COUNTED[table][1]}
-
-
-def instance_id(conn: sqlite3.Connection) -> str:
-    value = meta(conn, "instance")
-    assert value is not None, "migration 1 writes the instance id"
-    return value
-
-
-def meta(conn: sqlite3.Connection, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
-    """Write a meta value inside the caller's transaction."""
-    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
-                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))

@@ -15,9 +15,10 @@ import sqlite3
 from collections.abc import Collection
 from pathlib import Path
 
-from agentbox.backends.sqlite.store import SqliteStore
+from agentbox.backends.sqlite.engine import SqliteEngine
 from agentbox.backends.sqlite.wake import POLL, Changes, data_version
 from agentbox.errors import AgentboxError, BadInput, DatabaseError
+from agentbox.ledger.store import Store
 from agentbox.paths import check_user, private_dir
 
 SUFFIX = ".sqlite3"
@@ -46,12 +47,12 @@ def _more_files() -> None:
 
 
 class SqliteInboxes:
-    """The :class:`~agentbox.store.Inboxes` of one folder of SQLite inbox files."""
+    """The :class:`~agentbox.ledger.inboxes.Inboxes` of one folder of SQLite inbox files."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.location = str(folder)
-        self._stores: dict[str, SqliteStore] = {}
+        self._stores: dict[str, tuple[Store, SqliteEngine]] = {}
         self._failed: dict[str, str] = {}
         _more_files()
 
@@ -63,14 +64,15 @@ class SqliteInboxes:
         return sorted({user for name in names if name.endswith(SUFFIX)
                        and (user := user_of(name)) is not None})
 
-    def store(self, user: str) -> SqliteStore:
+    def store(self, user: str) -> Store:
         opened = self._stores.get(user)
         if opened is None:
             path = self.folder / f"{check_user(user)}{SUFFIX}"
             if not path.is_file():
                 raise DatabaseError(f"{path}: no such inbox")
-            opened = self._stores[user] = SqliteStore(path, make_folders=False)
-        return opened
+            engine = SqliteEngine(path, make_folders=False)
+            opened = self._stores[user] = (Store(engine), engine)
+        return opened[0]
 
     def next_work(self, now: int, users: Collection[str]) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -90,16 +92,16 @@ class SqliteInboxes:
         return failed
 
     def _forget(self, user: str) -> None:
-        store = self._stores.pop(user, None)
-        if store is not None:
-            store.close()
+        opened = self._stores.pop(user, None)
+        if opened is not None:
+            opened[0].close()
 
     def _version(self, user: str) -> int | None:
-        store = self._stores.get(user)
-        if store is None:
+        opened = self._stores.get(user)
+        if opened is None:
             return None
         try:
-            return data_version(store.conn)
+            return data_version(opened[1].conn)
         except sqlite3.Error:
             return None  # looked at again by next_work, which says what is wrong
 
@@ -113,7 +115,7 @@ class SqliteInboxes:
 
 
 class FolderWaiter:
-    """The :class:`~agentbox.store.InboxesWaiter` of a folder of inbox files."""
+    """The :class:`~agentbox.ledger.inboxes.InboxesWaiter` of a folder of inbox files."""
 
     def __init__(self, inboxes: SqliteInboxes) -> None:
         period = max(POLL, POLL_PER_INBOX * len(inboxes.users()))

@@ -214,5 +214,44 @@ CREATE TRIGGER events_count_insert AFTER INSERT ON events BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# Version 8: the tables PostgreSQL has, so that the ledger's statements are the same
+# on both engines. The inbox's own row (its instance id, lease, dispatch counter and
+# the times of its last run and prune) moves from `meta`, `lease` and
+# sqlite_sequence into `inboxes`, as on PostgreSQL; every other table gains
+# `inbox_id`, which in a file is always 1 (stored in no bytes: SQLite keeps 0 and 1
+# in a row's header). Adding a column with a constant default rewrites no row.
+_V8 = """
+CREATE TABLE inboxes (
+    id INTEGER PRIMARY KEY,
+    instance TEXT NOT NULL,                  -- random, fixed: keys unique across inboxes
+    created_at INTEGER NOT NULL,
+    lease_holder TEXT,                       -- NULL: never leased
+    lease_generation INTEGER NOT NULL DEFAULT 0,
+    lease_until INTEGER,                     -- once released: when it was
+    lease_released INTEGER NOT NULL DEFAULT 0 CHECK (lease_released IN (0, 1)),
+    dispatch_seq INTEGER NOT NULL DEFAULT 0, -- the last dispatch number handed out
+    last_run INTEGER,                        -- when a run last claimed
+    last_prune INTEGER                       -- when a prune last completed
+);
+INSERT INTO inboxes (id, instance, created_at, lease_holder, lease_generation, lease_until,
+                     lease_released, dispatch_seq, last_run, last_prune)
+SELECT 1, (SELECT value FROM meta WHERE key = 'instance'),
+       COALESCE((SELECT applied_at FROM migrations WHERE version = 1), 0),
+       l.holder, COALESCE(l.generation, 0), l.until, COALESCE(l.released, 0),
+       COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'dispatches'), 0),
+       (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_run'),
+       (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_prune')
+FROM (SELECT 1) AS one LEFT JOIN lease l ON l.one = 1;
+DROP TABLE lease;
+DROP TABLE meta;
+ALTER TABLE events ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE history ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE timers ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE approvals ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE outbox ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE dispatches ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE pruned_keys ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,15 +1,12 @@
-"""Looking after one SQLite inbox file: its vitals, its health, a consistent copy."""
+"""Looking after one SQLite inbox file: its health, its size, freed pages, a copy."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
-from agentbox.backends.sqlite import db
 from agentbox.backends.sqlite.schema import SCHEMA_VERSION
-from agentbox.errors import AgentboxError, DatabaseError, UsageError
 from agentbox.rules import health
 from agentbox.rules.health import Check
 
@@ -26,23 +23,6 @@ def _size(path: str) -> int:
 def disk_bytes(location: str) -> int:
     """The file and its write-ahead log: what the inbox takes on disk."""
     return _size(location) + _size(location + "-wal")
-
-
-def readings(conn: sqlite3.Connection) -> tuple[int | None, int | None, int | None, int | None]:
-    """(oldest pending arrival, last run, last prune, last activity), each O(1)."""
-    row = conn.execute("SELECT created_at FROM events WHERE status = 'pending' "
-                       "ORDER BY id LIMIT 1").fetchone()
-    oldest = None if row is None else int(row[0])
-    last_run, last_prune = (None if v is None else int(v)
-                            for v in (db.meta(conn, db.LAST_RUN), db.meta(conn, db.LAST_PRUNE)))
-    # The newest arrival and the newest recorded transition: both the last row of
-    # their table, so neither is a scan.
-    moments = [last_run] + [
-        None if row is None else int(row[0]) for row in (
-            conn.execute("SELECT created_at FROM events ORDER BY id DESC LIMIT 1").fetchone(),
-            conn.execute("SELECT at FROM history ORDER BY id DESC LIMIT 1").fetchone())]
-    known = [m for m in moments if m is not None]
-    return oldest, last_run, last_prune, max(known) if known else None
 
 
 def _integrity(conn: sqlite3.Connection) -> Check:
@@ -84,8 +64,8 @@ def checks(conn: sqlite3.Connection, location: str) -> list[Check]:
             health.journal(_size(location + "-wal"))]
 
 
-def backup(conn: sqlite3.Connection, dest: str, replace: bool) -> int:
-    """Write a consistent, compacted copy of the inbox to ``dest``; its size.
+def vacuum_into(conn: sqlite3.Connection, dest: Path) -> None:
+    """Write a consistent, compacted copy of the inbox into the new file ``dest``.
 
     ``VACUUM INTO`` reads one snapshot (WAL lets writers carry on meanwhile)
     and writes every table afresh, so the copy holds no free pages, can be
@@ -93,59 +73,42 @@ def backup(conn: sqlite3.Connection, dest: str, replace: bool) -> int:
     can hand freed space back after pruning even when the original, made by
     an older agentbox, could not.
     """
-
-    def fill(temp: Path) -> None:
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # applies to the copy only
-        conn.execute("VACUUM INTO ?", (str(temp),))
-
-    return write_copy(dest, replace, fill)
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # applies to the copy only
+    conn.execute("VACUUM INTO ?", (str(dest),))
 
 
-def write_copy(dest: str, replace: bool, fill: Callable[[Path], None]) -> int:
-    """Have ``fill`` write an inbox file beside ``dest``, then put it in place; its size.
+CHECKPOINT_WAIT_MS = 200
 
-    The copy is written 0600 beside ``dest``, synced, then put in place in
-    one step: ``dest`` is whole or absent, never half written. Without
-    ``replace`` an existing ``dest`` is refused, even one that appeared while
-    the copy was being made. Every backend's backup ends here.
+
+def reclaim(conn: sqlite3.Connection, max_pages: int) -> int:
+    """Hand up to ``max_pages`` free pages back to the disk, in one transaction;
+    once none are left, the write-ahead log too. Returns the pages handed back.
+
+    Only a file made with ``auto_vacuum = INCREMENTAL`` (every inbox this
+    version creates) can give pages back; an older file reuses its free pages
+    instead, so it stops growing without shrinking.
     """
-    import secrets
+    incremental = conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    pages = min(int(conn.execute("PRAGMA freelist_count").fetchone()[0]), max_pages)
+    if incremental and pages:
+        # One statement, its own transaction. It frees one page per step, and only
+        # executescript steps a statement that returns no rows to its end.
+        conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+        return pages
+    _truncate_log(conn)
+    return 0
 
-    target = Path(dest)
-    if target.is_dir():
-        raise UsageError(f"{dest}: is a folder; name the backup file")
-    if not replace and os.path.lexists(target):
-        raise UsageError(f"{dest} exists; pass --force to replace it")
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+
+def _truncate_log(conn: sqlite3.Connection) -> None:
+    """Cut the write-ahead log back to nothing, if no reader needs it right now.
+
+    A big prune leaves a log as large as what it changed. The checkpoint
+    waits a moment at most for readers (a backup in progress, say), and is
+    simply skipped if they stay: the log is cut back at a later checkpoint.
+    """
+    wait = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    conn.execute(f"PRAGMA busy_timeout = {min(wait, CHECKPOINT_WAIT_MS)}")
     try:
-        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError as exc:
-        raise AgentboxError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
-    try:
-        fill(temp)
-        _sync(temp)
-        if replace:
-            for side in SIDE_FILES:  # a stale log beside the new file would be replayed into it
-                Path(f"{target}{side}").unlink(missing_ok=True)
-            os.replace(temp, target)
-        else:
-            try:
-                os.link(temp, target)
-            except FileExistsError:
-                raise UsageError(f"{dest} exists; pass --force to replace it") from None
-        _sync(target.parent)
-    except OSError as exc:
-        raise DatabaseError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     finally:
-        temp.unlink(missing_ok=True)
-        for side in SIDE_FILES:
-            Path(f"{temp}{side}").unlink(missing_ok=True)
-    return target.stat().st_size
-
-
-def _sync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        conn.execute(f"PRAGMA busy_timeout = {wait}")

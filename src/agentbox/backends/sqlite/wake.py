@@ -190,7 +190,8 @@ def data_version(conn: sqlite3.Connection) -> int:
 
 
 class InboxWaiter:
-    """The :class:`~agentbox.store.Waiter` of one inbox file, blind to its store's own writes."""
+    """The :class:`~agentbox.ledger.engine.Waiter` of one inbox file, blind to its store's
+    own writes."""
 
     def __init__(self, conn: sqlite3.Connection, location: str) -> None:
         path = Path(location)

@@ -1,0 +1,206 @@
+"""The ledger's engine over one SQLite file: the inbox is the file.
+
+Write transactions are ``BEGIN IMMEDIATE`` (:func:`~agentbox.backends.sqlite.db.write`):
+the file's write lock is taken up front, so the inbox's lock needs no statement
+of its own and two writers queue instead of one failing half-way. A new
+event is one autocommit INSERT, counted by trigger; a key still remembered
+after a prune is refused by trigger (``events_remembered``), silently, as a
+taken one is by ``ON CONFLICT DO NOTHING``. A file holds one inbox: its row
+in ``inboxes`` is always 1, made by the migration that made the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentbox.backends.sqlite import db
+from agentbox.backends.sqlite.schema import COUNTED
+from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
+
+if TYPE_CHECKING:
+    from agentbox.backends.sqlite.wake import InboxWaiter
+    from agentbox.rules.health import Check
+
+BOX = 1  # the one inbox of a file
+
+_INSERT = """INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
+# A batch in one statement, sent as a JSON array. ``ORDER BY key`` keeps the
+# batch's order, so its events get ids in that order; the trigger that refuses
+# remembered keys and the conflict clause leave out the keys already taken.
+_INSERT_BATCH = """INSERT INTO events (inbox_id, source, source_id, payload, created_at,
+                                       updated_at)
+                   SELECT ?, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                          json_extract(value, '$[2]'), ?, ? FROM json_each(?)
+                   WHERE true ORDER BY key
+                   ON CONFLICT (source, source_id) DO NOTHING
+                   RETURNING id, source, source_id"""
+
+
+class _Reader:
+    """Statements on the file's one connection; errors leave as agentbox's own."""
+
+    __slots__ = ("box", "conn", "location")
+
+    def __init__(self, conn: sqlite3.Connection, box: int, location: str) -> None:
+        self.conn, self.box, self.location = conn, box, location
+
+    def rows(self, sql: str, /, **params: Any) -> list[Row]:
+        params["box"] = self.box
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
+
+    def one(self, sql: str, /, **params: Any) -> Row | None:
+        params["box"] = self.box
+        try:
+            row: Row | None = self.conn.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
+        return row
+
+    def chunks(self, sql: str, size: int, /, **params: Any) -> Iterator[list[Row]]:
+        """The rows of a long read, ``size`` at a time."""
+        params["box"] = self.box
+        try:
+            cursor = self.conn.execute(sql, params)
+            while chunk := cursor.fetchmany(size):
+                yield chunk
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
+
+
+class _Tx(_Reader):
+    """A ``BEGIN IMMEDIATE`` transaction: every statement runs at once, in order."""
+
+    __slots__ = ()
+
+    def run(self, sql: str, /, **params: Any) -> None:
+        self.rows(sql, **params)
+
+    def many(self, sql: str, rows: Iterable[Params]) -> None:
+        try:
+            self.conn.executemany(sql, [{**row, "box": self.box} for row in rows])
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
+
+
+class SqliteEngine:
+    """One inbox file, on one connection, shared by nothing else."""
+
+    lock_clause = ""  # BEGIN IMMEDIATE holds the file's write lock already
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True,
+                 make_folders: bool = True, create: bool = True,
+                 busy_timeout: float | None = None) -> None:
+        self.location = os.fspath(path)
+        self.conn: sqlite3.Connection = db.connect(path, durable=durable,
+                                                   make_folders=make_folders, create=create,
+                                                   busy_timeout=busy_timeout)
+        self._reader = _Reader(self.conn, BOX, self.location)
+
+    @classmethod
+    def empty(cls, location: str) -> SqliteEngine:
+        """An empty inbox in memory that refuses writes, standing for ``location``."""
+        engine = cls.__new__(cls)
+        engine.location = location
+        engine.conn = db.connect_empty()
+        engine._reader = _Reader(engine.conn, BOX, location)
+        return engine
+
+    def inbox(self, create: bool) -> int:
+        return BOX
+
+    def reader(self, box: int) -> _Reader:
+        return self._reader if box == BOX else _Reader(self.conn, box, self.location)
+
+    @contextmanager
+    def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
+        with self._translated(), db.write(self.conn, durable):
+            yield _Tx(self.conn, box, self.location)
+
+    @contextmanager
+    def snapshot(self, box: int) -> Iterator[_Reader]:
+        """A read transaction: in WAL mode it sees one commit while writers go on."""
+        with self._translated():
+            self.conn.execute("BEGIN")
+            try:
+                yield self.reader(box)
+            finally:
+                self.conn.execute("ROLLBACK")
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
+
+    def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
+                    payload: str, now: int) -> int | None:
+        params = (box, source, source_id, payload, now, now)
+        with self._translated():
+            # Outside a transaction the INSERT is one: it waits for the lock in short steps.
+            rows = (db.take_write_lock(self.conn, _INSERT, params) if tx is None
+                    else self.conn.execute(_INSERT, params).fetchall())
+        return int(rows[0][0]) if rows else None
+
+    def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
+                     now: int) -> dict[Key, int]:
+        with self._translated():
+            rows = self.conn.execute(_INSERT_BATCH, (tx.box, now, now,
+                                                     json.dumps(list(items)))).fetchall()
+        return {(str(s), str(i)): int(n) for n, s, i in rows}
+
+    def counts(self, reader: Reader) -> dict[str, dict[str, int]]:
+        """The trigger-kept tallies, every state present."""
+        found: dict[tuple[str, str], int] = {
+            (str(t), str(s)): int(n)
+            for t, s, n in reader.rows("SELECT tbl, state, n FROM state_counts")}
+        return {table: {state: found.get((table, state), 0) for state in states}
+                for table, (_, states) in COUNTED.items()}
+
+    def recount(self, tx: Tx) -> None:
+        for table, (column, _) in COUNTED.items():
+            tx.run(f"""UPDATE state_counts SET n = (SELECT COUNT(*) FROM {table}
+                                                   WHERE {column} = state_counts.state)
+                       WHERE tbl = '{table}'""")
+
+    def waiter(self, box: Callable[[], int | None]) -> InboxWaiter:
+        from agentbox.backends.sqlite.wake import InboxWaiter
+
+        return InboxWaiter(self.conn, self.location)
+
+    def checks(self) -> list[Check]:
+        from agentbox.backends.sqlite import upkeep
+
+        return upkeep.checks(self.conn, self.location)
+
+    def disk_bytes(self, reader: Reader) -> int:
+        from agentbox.backends.sqlite import upkeep
+
+        return upkeep.disk_bytes(self.location)
+
+    def reclaim(self, budget: int) -> int:
+        """Up to ``budget`` free pages handed back; once none are left, the log too."""
+        from agentbox.backends.sqlite import upkeep
+
+        with self._translated():
+            return upkeep.reclaim(self.conn, budget)
+
+    def copy_file(self, dest: Path) -> bool:
+        from agentbox.backends.sqlite import upkeep
+
+        with self._translated():
+            upkeep.vacuum_into(self.conn, dest)
+        return True
+
+    def close(self) -> None:
+        self.conn.close()

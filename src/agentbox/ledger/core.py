@@ -1,0 +1,84 @@
+"""What every part of the ledger stands on: an engine, the inbox's row, and the lock.
+
+A :class:`Core` reads through the engine outside any transaction, writes in
+a transaction, and, for everything that must be serialised per inbox, writes
+in a transaction that holds the inbox's lock: :meth:`Core.locked` takes the
+lock with the statement that reads the lease, so the fence is read as it
+stands once the lock is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from agentbox.ledger.engine import Engine, Reader, Tx
+from agentbox.rules.records import Lease
+
+LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
+NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
+
+
+def lease_of(row: tuple[Any, ...] | None) -> Lease | None:
+    """The lease of a row that selected :data:`LEASE_COLUMNS` (None: never taken)."""
+    if row is None or row[0] is None:
+        return None
+    return Lease(str(row[0]), int(row[1]), int(row[2]), bool(row[3]))
+
+
+class Core:
+    """One user's inbox on one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        #: Where the inbox lives: a file path, or a PostgreSQL URL without its password.
+        self.location = engine.location
+        self._box: int | None = engine.inbox(create=False)
+        self._instance: str | None = None
+
+    @property
+    def inbox_id(self) -> int | None:
+        """The inbox's row id in its database; None until its first write made it."""
+        return self._box
+
+    def _read(self) -> Reader:
+        """Reads of the inbox; until its row exists, of no inbox (they find nothing)."""
+        if self._box is None:
+            self._box = self.engine.inbox(create=False)
+        return self.engine.reader(NO_INBOX if self._box is None else self._box)
+
+    def _made(self) -> int:
+        """The inbox's row id, the row made now if this is its first write."""
+        if self._box is None:
+            self._box = self.engine.inbox(create=True)
+            assert self._box is not None
+        return self._box
+
+    def _write(self, durable: bool = True) -> AbstractContextManager[Tx]:
+        """A transaction that does not take the inbox's lock (a conflict's note, say)."""
+        return self.engine.write(self._made(), durable=durable)
+
+    @contextmanager
+    def _locked(self, durable: bool = True) -> Iterator[tuple[Tx, Lease | None]]:
+        """A transaction holding the inbox's lock, and the lease as it stands under it."""
+        with self._write(durable) as tx:
+            yield tx, lease_of(tx.one(
+                f"SELECT {LEASE_COLUMNS} FROM inboxes WHERE id = :box{self.engine.lock_clause}"))
+
+    def instance_id(self) -> str:
+        """A random id fixed when the inbox was made: it makes keys unique across inboxes."""
+        if self._instance is None:
+            self._made()
+            row = self._read().one("SELECT instance FROM inboxes WHERE id = :box")
+            assert row is not None
+            self._instance = str(row[0])
+        return self._instance
+
+    def lease(self) -> Lease | None:
+        """The lease as it stands (it may have expired)."""
+        return lease_of(self._read().one(f"SELECT {LEASE_COLUMNS} FROM inboxes WHERE id = :box"))
+
+    def close(self) -> None:
+        """Release the connection; the store is unusable afterwards."""
+        self.engine.close()

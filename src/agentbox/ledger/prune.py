@@ -1,0 +1,147 @@
+"""Pruning an inbox in short transactions.
+
+What may go is decided in :mod:`agentbox.rules.retention`. Each step is one
+transaction over at most ``limit`` rows (plus their history), oldest first,
+holding the inbox's lock so that no run or dispatch changes the rows it
+removes; an ingest waits for one step at most, never for the whole prune.
+Handing the freed space back to the disk is the engine's (:meth:`Engine.reclaim`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from agentbox.ledger.core import Core
+from agentbox.ledger.engine import Tx, among
+from agentbox.rules.records import SETTLED_DISPATCH_STATES
+from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, PruneCounts, digest
+
+_KEPT = "(" + ", ".join(f"'{s}'" for s in KEPT_SOURCES) + ")"
+_SETTLED = "(" + ", ".join(f"'{s}'" for s in SETTLED_DISPATCH_STATES) + ")"
+
+# The rows each kind of prune would take; the same conditions count them for a
+# dry run and select them for a step. The newest event and message of an inbox
+# always stay: an id must never be given out twice (an event's idempotency key
+# is made of it), and SQLite numbers a new row after the highest id left.
+_DONE = f"""FROM events WHERE inbox_id = :box AND status = 'done'
+            AND updated_at < :done_before AND source NOT IN {_KEPT}
+            AND id < (SELECT MAX(id) FROM events WHERE inbox_id = :box)"""
+_SENT = """FROM outbox WHERE inbox_id = :box AND state = 'sent' AND sent_at < :sent_before
+           AND id < (SELECT MAX(id) FROM outbox WHERE inbox_id = :box)"""
+_DISPATCHES = f"""FROM dispatches WHERE inbox_id = :box AND state IN {_SETTLED}
+                  AND finished_at < :dispatch_before"""
+_FORGOTTEN = "FROM pruned_keys WHERE inbox_id = :box AND until <= :now"
+_TIMER_HISTORY = """FROM history WHERE inbox_id = :box AND subject = 'timer'
+                    AND at < :done_before"""
+
+
+def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
+    if ids:
+        chosen, params = among("s", [str(i) for i in ids])
+        tx.run(f"""DELETE FROM history WHERE inbox_id = :box AND subject = :subject
+                   AND subject_id IN {chosen}""", subject=subject, **params)
+
+
+def _events(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """Done events, their history gone and their keys remembered for the window."""
+    rows = tx.rows(f"SELECT id, source, source_id, payload, created_at {_DONE} "
+                   "ORDER BY id LIMIT :limit", limit=limit, **cut._asdict())
+    remembered = [{"source": source, "source_id": source_id, "digest": digest(payload),
+                   "event_id": event_id, "until": until}
+                  for event_id, source, source_id, payload, created_at in rows
+                  if (until := cut.remembered_until(int(created_at))) is not None]
+    # A key is remembered once: one a prune remembered before (its event stored
+    # again after the window) is replaced.
+    tx.many("""DELETE FROM pruned_keys WHERE inbox_id = :box AND source = :source
+               AND source_id = :source_id""", remembered)
+    tx.many("""INSERT INTO pruned_keys (inbox_id, source, source_id, digest, event_id, until)
+               VALUES (:box, :source, :source_id, :digest, :event_id, :until)""", remembered)
+    ids = [int(row[0]) for row in rows]
+    _forget_history(tx, "event", ids)
+    if ids:
+        chosen, params = among("id", ids)
+        tx.run(f"DELETE FROM events WHERE inbox_id = :box AND id IN {chosen}", **params)
+    return len(ids)
+
+
+def _rows(rows: str, column: str, order: str, table: str,
+          subject: str) -> Callable[[Tx, Cutoffs, int], int]:
+    """A prune of ``table``: the rows ``rows`` selects, their history gone with them."""
+
+    def prune(tx: Tx, cut: Cutoffs, limit: int) -> int:
+        found = [r[0] for r in tx.rows(f"SELECT {column} {rows} ORDER BY {order} LIMIT :limit",
+                                       limit=limit, **cut._asdict())]
+        _forget_history(tx, subject, found)
+        if found:
+            chosen, params = among("k", found)
+            tx.run(f"DELETE FROM {table} WHERE inbox_id = :box AND {column} IN {chosen}",
+                   **params)
+        return len(found)
+
+    return prune
+
+
+def _forgotten(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """Keys past the dedupe window: from now on they may be stored again."""
+    return len(tx.rows(
+        f"""DELETE FROM pruned_keys WHERE inbox_id = :box AND (source, source_id) IN
+                (SELECT source, source_id {_FORGOTTEN} ORDER BY until LIMIT :limit)
+            RETURNING 1""", limit=limit, **cut._asdict()))
+
+
+def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """A timer's story keeps its last ``keep_done``: each occurrence adds a line."""
+    return len(tx.rows(
+        f"""DELETE FROM history WHERE inbox_id = :box
+                AND id IN (SELECT id {_TIMER_HISTORY} ORDER BY id LIMIT :limit)
+            RETURNING 1""", limit=limit, **cut._asdict()))
+
+
+_KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
+    _events, _rows(_SENT, "id", "id", "outbox", "message"),
+    _rows(_DISPATCHES, "key", "seq", "dispatches", "dispatch"), _forgotten, _timer_history)
+
+
+class Prune(Core):
+    """Letting go of what retention lets go, a bounded step at a time."""
+
+    def prunable(self, cut: Cutoffs) -> PruneCounts:
+        """What :meth:`prune_step` calls would remove at these cutoffs (a dry run),
+        counted in one read."""
+        counts = ", ".join(f"(SELECT COUNT(*) {rows})"
+                           for rows in (_DONE, _SENT, _DISPATCHES, _FORGOTTEN, _TIMER_HISTORY))
+        row = self._read().one(f"SELECT {counts}", **cut._asdict())
+        assert row is not None
+        return PruneCounts(*(int(n) for n in row))
+
+    def prune_step(self, cut: Cutoffs, limit: int) -> PruneCounts:
+        """One short transaction removing at most ``limit`` rows (and their history)
+        that :mod:`agentbox.rules.retention` lets go, oldest first: done events
+        (their keys and payload digests remembered until ``cut.remembered_until``),
+        then sent messages, settled dispatches, remembered keys past the window,
+        and timer history. A total below ``limit`` means nothing is left.
+
+        While a key is remembered, ingesting it again is ``duplicate`` (same
+        digest) or ``conflict`` (another), with the pruned event's id, and
+        nothing is stored.
+        """
+        counts: list[int] = []
+        with self._locked() as (tx, _):
+            left = limit
+            for prune in _KINDS:
+                done = prune(tx, cut, left) if left > 0 else 0
+                counts.append(done)
+                left -= done
+        return PruneCounts(*counts)
+
+    def record_prune(self, now: int) -> None:
+        """Note that a prune completed at ``now`` (``vitals().last_prune``)."""
+        with self._locked() as (tx, _):
+            tx.run("UPDATE inboxes SET last_prune = :now WHERE id = :box", now=now)
+
+    def reclaim(self, budget: int) -> int:
+        """Hand space freed by pruning back to the disk, a bounded amount per call
+        (see :meth:`Engine.reclaim`); 0 when nothing is left to hand back."""
+        return self.engine.reclaim(budget)
+
+

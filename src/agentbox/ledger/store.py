@@ -1,0 +1,97 @@
+"""The Store: one user's inbox, every operation on it written once, on any engine.
+
+Every command, the worker, the dispatcher, the pool, the scenario runner and
+the tests speak to :class:`Store`. Its operations come from the ledger's
+parts (inbox, lease, runs, timers, approvals, outbox, prune), each part one
+module, each operation one method there: the transaction it runs, the rules
+of :mod:`agentbox.rules` it applies, the history it records. The engine
+underneath (:mod:`agentbox.ledger.engine`) only stores, locks and queries,
+and turns its driver's errors into agentbox's own.
+
+Time is always an argument (``now``, integer Unix seconds): a store never
+reads the clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from agentbox.ledger.approvals import Approvals
+from agentbox.ledger.inbox import Inbox
+from agentbox.ledger.lease import Leases
+from agentbox.ledger.outbox import Outbox
+from agentbox.ledger.prune import Prune
+from agentbox.ledger.runs import Runs
+from agentbox.ledger.timers import Timers, next_due
+from agentbox.rules.records import Lease
+from agentbox.rules.timers import Timer
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Waiter
+    from agentbox.rules.health import Check
+
+
+class Status(NamedTuple):
+    events: dict[str, int]
+    outbox: dict[str, int]
+    lease: Lease | None
+    next_timer: Timer | None
+
+
+class Vitals(NamedTuple):
+    """What an operator watches on one inbox (``inboxes``, ``metrics``, ``doctor``)."""
+
+    status: Status
+    oldest_pending: int | None  # when the oldest pending event (lowest id) arrived
+    last_run: int | None        # when a run last claimed (finding work or not)
+    last_prune: int | None      # when a prune last completed
+    last_activity: int | None   # the latest transition recorded, or the last run
+    bytes: int                  # what the inbox takes on disk (for SQLite: file + WAL)
+
+
+# (oldest pending arrival, last run, last prune, newest arrival, newest transition),
+# each the end of an index walk, in one read.
+_READINGS = """
+SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pending'
+        ORDER BY id LIMIT 1),
+       i.last_run, i.last_prune,
+       (SELECT created_at FROM events WHERE inbox_id = :box ORDER BY id DESC LIMIT 1),
+       (SELECT at FROM history WHERE inbox_id = :box ORDER BY id DESC LIMIT 1)
+FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
+
+
+class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune):
+    """One user's inbox: events, lease, runs, timers, approvals and outbox."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def status(self) -> Status:
+        """Counts per state (every state present), the lease, and the next timer."""
+        reader = self._read()
+        counts = self.engine.counts(reader)
+        return Status(counts["events"], counts["outbox"], self.lease(), next_due(reader))
+
+    def vitals(self) -> Vitals:
+        """The status, plus what an operator watches: the oldest pending event's
+        arrival, the last run, prune and activity, and the bytes on disk."""
+        reader = self._read()
+        row = reader.one(_READINGS)
+        assert row is not None
+        oldest, last_run, last_prune, *moments = (None if v is None else int(v) for v in row)
+        known = [m for m in (last_run, *moments) if m is not None]
+        return Vitals(self.status(), oldest, last_run, last_prune, max(known) if known else None,
+                      self.engine.disk_bytes(reader))
+
+    def waiter(self) -> Waiter:
+        """A :class:`~agentbox.ledger.engine.Waiter` on this inbox, blind to changes made
+        through this store."""
+        return self.engine.waiter(lambda: self._read().box or None)
+
+    def checks(self) -> list[Check]:
+        """The backend's own health checks: integrity, schema version, permissions,
+        journal size (see :mod:`agentbox.rules.health`)."""
+        return self.engine.checks()
