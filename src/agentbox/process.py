@@ -187,9 +187,9 @@ _RELAY_LOCK = threading.Lock()
 
 def _escaped(line: bytes) -> bytes:
     """A line for a terminal, shown as agentbox shows anyone else's words (see
-    :func:`agentbox.render.printable`): no control character, C1 included, and no
+    :func:`agentbox.spelling.printable`): no control character, C1 included, and no
     stray byte of a broken UTF-8 sequence reaches it raw."""
-    from agentbox.render import printable
+    from agentbox.spelling import printable
 
     return printable(line.decode("utf-8", "backslashreplace")).encode("utf-8")
 

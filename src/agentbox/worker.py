@@ -75,7 +75,7 @@ class EventAfter:
 
 def _fates(after: Sequence[EventAfter], max_attempts: int | None) -> str:
     """What became of each event, events that share a fate named together."""
-    from agentbox.render import when
+    from agentbox.spelling import when
 
     groups: dict[tuple[str, int, int | None], list[int]] = {}
     for event in after:
@@ -286,7 +286,7 @@ class Worker:
         held = self.store.lease()
         if held is None:
             return "the lease is held by another worker; try again later"
-        from agentbox.render import when
+        from agentbox.spelling import when
 
         return (f"the lease is held by another worker ({held.holder}, generation "
                 f"{held.generation}, until {when(held.until)}); try again later")
