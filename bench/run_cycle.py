@@ -122,8 +122,8 @@ def main() -> None:
     args = options(__doc__.splitlines()[0])
     per_slice, rounds = (5, 6) if args.quick else (10, 60)
     total = per_slice * rounds
-    from agentbox.rules.policy import Policy
     from agentbox.location import open_store
+    from agentbox.rules.policy import Policy
 
     policy = Policy(max_batch=1, max_attempts=MAX_ATTEMPTS, lease_ttl=TTL)
     events = [("github", f"delivery-{i}", payload(i)) for i in range(total)]

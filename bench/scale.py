@@ -78,8 +78,8 @@ def main() -> None:
     else:
         big, small, claim_rounds, read_rounds = 1_000_000, 10_000, 25, 200
     pending = claim_rounds * BATCH * 2 + 10  # warm-up and timed claims never run dry
-    from agentbox.rules.policy import Policy
     from agentbox.location import open_store
+    from agentbox.rules.policy import Policy
 
     policy = Policy(max_batch=BATCH)
     with workdir(args, "scale") as root:

@@ -50,11 +50,11 @@ def message(rng: random.Random, day: int, n: int) -> str:
 
 def year(path: Path, days: int, per_day: int, prune: bool, old_file: bool) -> dict[int, int]:
     """Run the year; the file's size (bytes) after each checkpoint day."""
+    from agentbox.location import open_store
     from agentbox.rules.answer import Answer, Message
     from agentbox.rules.outbox import Dispatch
     from agentbox.rules.policy import Policy
     from agentbox.upkeep import auto_prune
-    from agentbox.location import open_store
 
     rng = random.Random(7)
     policy = Policy(max_batch=100, auto_prune=prune)

@@ -17,6 +17,27 @@ if importlib.util.find_spec("psycopg") is None:
     collect_ignore = ["postgres"]
 
 
+ONLY = {"sqlite_file": "sqlite", "postgres_only": "postgres"}  # marker -> the one backend
+# Fixtures that hand a test the inbox file itself: a test asking for one is a
+# SQLite-file test whether marked or not.
+FILE_FIXTURES = {"inbox_path", "query"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked for one backend keeps that backend's run only."""
+    dropped = []
+    for item in items:
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend_name")
+        wanted = {ONLY[m.name] for m in item.iter_markers() if m.name in ONLY}
+        if FILE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            wanted.add("sqlite")
+        if backend and wanted and backend not in wanted:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in set(dropped)]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Every PostgreSQL skip reported at one place, so the summary folds them into one line."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
-from support.sqlite import dump
-from support.store import POLICY, MakeStepWorker, actions, event_state
+from support.store import POLICY, MakeStepWorker, actions, event_state, every_row
 
 LATER = TTL + 1  # enough for any lease taken now to lapse
 
@@ -58,11 +57,11 @@ def test_a_claim_without_the_lease_is_refused_and_changes_nothing(
         store: Store, worker: MakeStepWorker) -> None:
     ingest(store, "m1")
     store.acquire("A", T0, TTL)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert store.claim("B", 1, T0, POLICY) is None             # not the holder
     assert store.claim("A", 2, T0, POLICY) is None             # not its generation
     assert store.claim("A", 1, T0 + LATER, POLICY) is None     # lapsed
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_a_crashed_worker_still_used_up_an_attempt(

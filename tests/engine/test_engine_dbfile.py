@@ -23,6 +23,8 @@ from agentbox.rules.outbox import Dispatch
 from support.clock import T0
 from support.sqlite import sqlite_store
 
+pytestmark = pytest.mark.sqlite_file  # the inbox file itself: its pragmas, modes, migrations
+
 
 def fingerprint(path: Path) -> tuple[str, list[str]]:
     """The file's bytes and the names beside it: enough to see any change."""

@@ -11,8 +11,7 @@ from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
-from support.sqlite import dump
-from support.store import POLICY, MakeStepWorker, StepWorker, actions, event_state
+from support.store import POLICY, MakeStepWorker, StepWorker, actions, event_state, every_row
 
 LATER = TTL + 1
 REPLY = Answer(messages=(Message("report sent"),))
@@ -28,11 +27,11 @@ def claimed(worker: StepWorker, now: int, *source_ids: str) -> StepWorker:
 
 def assert_refused_unchanged(store: Store, holder: str, generation: int, now: int,
                              ids: Sequence[int]) -> None:
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert not store.finish(holder, generation, now, ids, REPLY)
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
     assert not store.fail(holder, generation, now, ids, "late error", POLICY)
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_finish_marks_the_batch_done_and_queues_its_messages(
@@ -99,7 +98,7 @@ def test_a_finish_for_rows_not_running_under_this_claim_is_refused_whole(
 def test_messages_are_queued_in_the_same_transaction_as_the_finish(
         store: Store, worker: MakeStepWorker, monkeypatch: pytest.MonkeyPatch) -> None:
     a = claimed(worker("A"), T0, "m1")
-    before = dump(store.engine.conn)
+    before = every_row(store)
     original = outbox.queue_in
 
     def queue_then_crash(*args: object, **kwargs: object) -> list[int]:
@@ -109,7 +108,7 @@ def test_messages_are_queued_in_the_same_transaction_as_the_finish(
     monkeypatch.setattr(outbox, "queue_in", queue_then_crash)
     with pytest.raises(RuntimeError):
         a.finish(T0 + 1, REPLY)
-    assert dump(store.engine.conn) == before  # neither done nor queued
+    assert every_row(store) == before  # neither done nor queued
     monkeypatch.undo()
     assert a.finish(T0 + 1, REPLY)
     assert event_state(store, "m1") == ("done", 1)

@@ -8,8 +8,7 @@ from agentbox.errors import BadInput
 from agentbox.jsonutil import parse_payload
 from agentbox.ledger.store import Store
 from support.clock import T0
-from support.sqlite import dump
-from support.store import MakeStepWorker, actions
+from support.store import MakeStepWorker, actions, every_row
 
 
 def test_first_delivery_is_stored_pending(store: Store) -> None:
@@ -27,10 +26,10 @@ def test_first_delivery_is_stored_pending(store: Store) -> None:
 
 def test_a_duplicate_is_success_and_changes_nothing(store: Store) -> None:
     first = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     again = store.ingest("github", "delivery-7f3a", '{"pr":12}', T0 + 50)
     assert (again.outcome, again.id) == ("duplicate", first.id)
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_a_conflict_is_refused_and_the_first_payload_stands(store: Store) -> None:
@@ -88,9 +87,9 @@ def test_ingest_many_reports_each_item_in_order(store: Store) -> None:
 ])
 def test_keys_that_could_not_be_looked_up_are_refused(
         store: Store, source: str, source_id: str) -> None:
-    before = dump(store.engine.conn)
+    before = every_row(store)
     with pytest.raises(BadInput):
         store.ingest(source, source_id, "{}", T0)
     with pytest.raises(BadInput):
         store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T0)
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentbox.ledger.store import Store
 from agentbox.rules.records import Lease
 from support.clock import T0, TTL
-from support.sqlite import dump, sqlite_store
-from support.store import MakeStepWorker
+from support.sqlite import sqlite_store
+from support.store import MakeStepWorker, every_row
 
 
 def test_the_first_taker_of_a_fresh_inbox_gets_generation_one(store: Store) -> None:
@@ -26,10 +28,10 @@ def test_renewing_keeps_the_generation_and_extends_the_lease(store: Store) -> No
 
 def test_another_holder_is_refused_while_the_lease_runs(store: Store) -> None:
     store.acquire("A", T0, TTL)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert store.acquire("B", T0, TTL) is None
     assert store.acquire("B", T0 + TTL, TTL) is None
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_a_takeover_of_an_expired_lease_bumps_the_generation(store: Store) -> None:
@@ -47,24 +49,24 @@ def test_the_same_holder_taking_back_its_expired_lease_bumps_it_too(
 
 def test_renew_fails_after_expiry_and_changes_nothing(store: Store) -> None:
     store.acquire("A", T0, TTL)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert not store.renew("A", 1, T0 + TTL + 1, TTL)  # lapsed, even with nobody else
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
     store.acquire("B", T0 + TTL + 1, TTL)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert not store.renew("A", 1, T0 + TTL + 2, TTL)  # taken over
     assert not store.renew("B", 1, T0 + TTL + 2, TTL)  # right holder, wrong generation
     assert not store.renew("A", 2, T0 + TTL + 2, TTL)  # right generation, wrong holder
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_release_is_fenced(store: Store) -> None:
     store.acquire("A", T0, TTL)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert not store.release("B", 1, T0 + 1)
     assert not store.release("A", 2, T0 + 1)
     assert not store.release("A", 1, T0 + TTL + 1)  # already lapsed
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_after_a_release_the_next_taker_need_not_wait_and_bumps_the_generation(
@@ -84,10 +86,10 @@ def test_a_released_worker_can_no_longer_claim_or_finish(
     a.acquire(T0)
     a.claim(T0)
     assert store.release("A", 1, T0 + 1)
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert not a.finish(T0 + 1)
     assert a.claim(T0 + 1) is None
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
 
 
 def test_generations_never_go_down(store: Store) -> None:
@@ -105,6 +107,7 @@ def test_generations_never_go_down(store: Store) -> None:
     assert seen[-1] > seen[0]
 
 
+@pytest.mark.sqlite_file
 def test_lease_writes_skip_the_disk_wait_and_leave_the_connection_as_it_was(
         store: Store, tmp_path) -> None:
     synchronous = "PRAGMA synchronous"

@@ -6,8 +6,8 @@ from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
-from support.sqlite import assert_counts_true, dump
-from support.store import MakeStepWorker, actions, event_state
+from support.sqlite import assert_counts_true
+from support.store import MakeStepWorker, actions, event_state, every_row
 
 LATER = TTL + 1
 ONE_TRY = Policy(max_attempts=1)
@@ -57,9 +57,9 @@ def test_a_replayed_event_joins_a_batch_and_gets_its_attempts_again(
 def test_replay_leaves_other_states_alone(store: Store, worker: MakeStepWorker) -> None:
     dead_ids = bury(store, worker, "d1", "d2")
     pending = store.ingest("chat", "pending", "{}", T0).id
-    before = dump(store.engine.conn)
+    before = every_row(store)
     assert store.replay([pending, 424242], T0 + 1) == []
-    assert dump(store.engine.conn) == before
+    assert every_row(store) == before
     assert store.replay(None, T0 + 2) == dead_ids
     assert store.replay(None, T0 + 3) == []
     assert store.status().events == {"pending": 3, "running": 0, "done": 0, "dead": 0}

@@ -22,6 +22,8 @@ from agentbox.location import POSTGRES_EXTRA, open_store
 from support.clock import T0
 from support.postgres import server_url
 
+pytestmark = pytest.mark.postgres_only
+
 Inbox = Callable[..., Store]
 
 

@@ -14,6 +14,8 @@ from agentbox.rules.answer import Answer
 from agentbox.rules.policy import Policy
 from agentbox.worker import Batch, Handled, Worker
 
+pytestmark = pytest.mark.postgres_only
+
 NOW = 1_700_000_000
 
 

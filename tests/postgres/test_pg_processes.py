@@ -32,7 +32,7 @@ from support.handler import records, started_pids
 from support.processes import alive, finish_proc, wait_for
 from support.store import outbox_states, say
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 SEND_TIMEOUT = 60
 Start = Callable[..., subprocess.Popen[str]]
 Inbox = Callable[..., Store]

@@ -19,7 +19,7 @@ from agentbox.ledger.store import Store
 from support.handler import logged_batches
 from support.processes import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 
 Inbox = Callable[..., Store]
 

@@ -1,8 +1,13 @@
-"""The fixtures every test folder gets: an isolated AGENTBOX_HOME, the CLI in-process
-and as a process, background processes, the test handler and sender, and alice's inbox.
+"""The fixtures every test folder gets: the backend and the place its inboxes live,
+an isolated AGENTBOX_HOME pointed at that place, the CLI in-process and as a process,
+background processes, the test handler and sender, and alice's inbox.
 
-A folder's conftest.py may override one for its backend (tests/postgres does
-``home``, ``agentbox_proc`` and ``open_inbox``) but never gives a name another meaning.
+Every test that touches an inbox runs once per backend: ``place`` (and so ``home``,
+``store``, ``open_inbox``, ``cli``, every process a test starts) is a folder of
+SQLite files, or a fresh PostgreSQL schema that ``AGENTBOX_DB`` names. A test that
+reads or writes an SQLite file itself is marked ``sqlite_file``, one about what only
+PostgreSQL has ``postgres_only``; tests/conftest.py drops the other backend's run
+of it. A fixture name means one thing everywhere.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from typing import Any
 import pytest
 
 from agentbox.ledger.store import Store
+from agentbox.location import is_url, open_store
 from support.handler import BATCH_LOGGER, HANDLER
+from support.postgres import fresh_schema
 from support.processes import proc_env
 from support.sending import Sender
-from support.sqlite import sqlite_store
 from support.watching import Watcher, launch
+
+BACKENDS = ("sqlite", "postgres")
+Opener = Callable[..., Store]  # the ``open_inbox`` fixture: open_inbox(user="alice") -> Store
 
 Cli = Callable[..., Any]  # the ``cli`` fixture: cli(*argv, now=None, stdin=None) -> CliResult
 Proc = Callable[..., subprocess.CompletedProcess[str]]  # the ``agentbox_proc`` fixture
@@ -37,15 +46,35 @@ class CliResult:
     err: str
 
 
+@pytest.fixture(params=BACKENDS)
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """The backend this run of the test is on."""
+    return str(request.param)
+
+
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh AGENTBOX_HOME, user 'alice', and no other AGENTBOX_* variable."""
+def place(backend_name: str, tmp_path: Path) -> Iterator[str]:
+    """Where the test's inboxes live: the folder of SQLite files under its home, or the
+    URL of a fresh PostgreSQL schema, dropped afterwards."""
+    if backend_name == "postgres":
+        with fresh_schema() as url:
+            yield url
+        return
+    yield str(tmp_path / "home" / "inboxes")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str) -> Path:
+    """A fresh AGENTBOX_HOME, user 'alice', no other AGENTBOX_* variable but, on
+    PostgreSQL, AGENTBOX_DB naming the test's schema."""
     for name in list(os.environ):
         if name.startswith("AGENTBOX_"):
             monkeypatch.delenv(name)
     root = tmp_path / "home"
     monkeypatch.setenv("AGENTBOX_HOME", str(root))
     monkeypatch.setenv("AGENTBOX_USER", "alice")
+    if is_url(place):
+        monkeypatch.setenv("AGENTBOX_DB", place)
     return root
 
 
@@ -129,10 +158,9 @@ def start(home: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """A fresh, open SQLite store on disk, outside any home (for engine-level tests)."""
-    with sqlite_store(tmp_path / "inbox.sqlite3") as opened:
-        yield opened
+def store(open_inbox: Opener) -> Store:
+    """Alice's inbox, open: a fresh store on the test's backend (engine-level tests)."""
+    return open_inbox()
 
 
 @pytest.fixture
@@ -154,19 +182,22 @@ def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]
 
 
 @pytest.fixture
-def inbox_path(home: Path) -> Path:
-    """Where alice's inbox file lives under the test's AGENTBOX_HOME."""
-    return home / "inboxes" / "alice.sqlite3"
+def inbox_path(place: str) -> Path:
+    """Where alice's inbox file lives under the test's AGENTBOX_HOME (SQLite only)."""
+    assert not is_url(place), "a test that reads the inbox file is marked sqlite_file"
+    return Path(place) / "alice.sqlite3"
 
 
 @pytest.fixture
-def open_inbox(home: Path) -> Iterator[Callable[..., Store]]:
-    """open_inbox(user="alice"): that user's inbox as the CLI finds it, a fresh
-    connection each call, every one closed at the end."""
+def open_inbox(place: str) -> Iterator[Opener]:
+    """open_inbox(user="alice"): that user's inbox where the CLI finds it (made if need
+    be), a fresh connection each call, as another process would open it; every one is
+    closed at the end."""
     opened: list[Store] = []
 
     def open_one(user: str = "alice") -> Store:
-        store = sqlite_store(home / "inboxes" / f"{user}.sqlite3")
+        target = place if is_url(place) else Path(place) / f"{user}.sqlite3"
+        store = open_store(target, user, make_folders=True)
         opened.append(store)
         return store
 

@@ -98,3 +98,24 @@ def real_counts(store: Store, table: str, column: str,
         (store.inbox_id or 0,)).fetchall())
     assert set(found) <= set(states), found
     return {s: int(found.get(s, 0)) for s in states}
+
+
+def schema_rows(url: str) -> dict[str, object] | None:
+    """Every row of every table of the schema ``url`` names, or None when no schema of
+    that name exists: what "nothing was made" means on PostgreSQL."""
+    import psycopg
+
+    from agentbox.backends.postgres.url import parse
+
+    target = parse(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY c.relname""",
+            (target.schema,)).fetchall()]
+        if not tables and conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                                       (target.schema,)).fetchone() is None:
+            return None
+        return {table: sorted(str(r[0]) for r in conn.execute(
+                    f'SELECT row_to_json(t)::text FROM "{target.schema}"."{table}" t'))
+                for table in tables}

@@ -19,8 +19,10 @@ import pytest
 
 
 def proc_env(home: Path, **extra: str) -> dict[str, str]:
-    """This environment without any AGENTBOX_* variable, then alice's home and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
+    """This environment without any AGENTBOX_* variable but the database the test runs
+    on (AGENTBOX_DB, on PostgreSQL), then alice's home and ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AGENTBOX_") or k == "AGENTBOX_DB"}
     env.update(AGENTBOX_HOME=str(home), AGENTBOX_USER="alice", **extra)
     return env
 

@@ -6,6 +6,7 @@ call, as the article tells it; ``store_snapshot`` is all a caller can see.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,3 +131,54 @@ def steal_lease(store: Store) -> None:
     with store._write() as tx:
         tx.run("""UPDATE inboxes SET lease_holder = 'thief',
                       lease_generation = lease_generation + 1 WHERE id = :box""")
+
+
+def every_row(store: Store) -> object:
+    """Every row the inbox holds, read from its tables (on PostgreSQL the inbox's own
+    rows and the schema's): two equal readings mean nothing changed."""
+    from agentbox.location import is_url
+
+    if is_url(store.location):
+        from support.postgres import dump as pg_dump
+
+        return pg_dump(store)
+    from support.sqlite import dump as file_dump
+
+    return file_dump(store.engine.conn)  # type: ignore[attr-defined]
+
+
+def users_at(place: str) -> list[str]:
+    """The users with an inbox at the test's ``place`` (see the ``place`` fixture), read
+    without making anything."""
+    from pathlib import Path
+
+    from agentbox.location import is_url
+
+    if is_url(place):
+        from support.postgres import schema_rows
+
+        rows = schema_rows(place)
+        names = rows.get("inboxes", []) if rows else []
+        return sorted(json.loads(str(row))["name"] for row in names)  # type: ignore[union-attr]
+    folder = Path(place)
+    return sorted(p.stem for p in folder.glob("*.sqlite3")) if folder.is_dir() else []
+
+
+def place_snapshot(place: str) -> object:
+    """All there is at ``place``: its files (name, mode and digest of each), or every row
+    of its schema (None while there is none). Equal snapshots mean nothing changed."""
+    from pathlib import Path
+
+    from agentbox.location import is_url
+
+    if is_url(place):
+        from support.postgres import schema_rows
+
+        return schema_rows(place)
+    import hashlib
+
+    root = Path(place)
+    return {str(p.relative_to(root)): (p.lstat().st_mode,
+                                       hashlib.sha256(p.read_bytes()).hexdigest()
+                                       if p.is_file() else "dir")
+            for p in sorted(root.rglob("*"))} if root.exists() else None

@@ -197,8 +197,12 @@ class PostgresEngine:
         self.conn: psycopg.Connection[Any] = db.connect(self.target, durable, lock_timeout,
                                                         create)
         self._owns_conn = True
+        # As a command that may write makes an SQLite inbox by opening its file, it
+        # makes this inbox's row by opening it; one that only reads makes nothing.
         try:
             found = db.find_inbox(self.conn, self.user)
+            if found is None and create:
+                db.create_inbox(self.conn, self.user)
         except psycopg.Error as exc:
             self.conn.close()
             raise db.translate(exc, self.location) from None

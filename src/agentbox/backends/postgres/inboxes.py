@@ -18,7 +18,7 @@ from agentbox.backends.postgres import db
 from agentbox.backends.postgres.engine import PostgresEngine
 from agentbox.backends.postgres.url import parse
 from agentbox.backends.postgres.wake import SchemaWaiter
-from agentbox.errors import AgentboxError, DatabaseError
+from agentbox.errors import AgentboxError, DatabaseError, NoInbox
 from agentbox.ledger.runs import next_work_of
 from agentbox.ledger.store import Store
 from agentbox.paths import check_user
@@ -30,13 +30,18 @@ class PostgresInboxes:
     def __init__(self, url: str) -> None:
         self.target = parse(url)
         self.location = self.target.location
-        self.conn: psycopg.Connection[Any] = db.connect(self.target)
+        try:
+            self.conn: psycopg.Connection[Any] = db.connect(self.target, create=False)
+        except NoInbox:  # no schema yet: nothing to serve or list until a first write makes it
+            self.conn = db.session(self.target)
         self._stores: dict[str, Store] = {}
         self._failed: dict[str, str] = {}
 
     def _read(self, query: str, params: db.Params = ()) -> list[tuple[Any, ...]]:
         try:
             return self.conn.execute(query, params).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []  # the schema has no tables yet: no inbox
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
 
