@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from agentbox.rules.timers import Timer, TimerSpec
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-POSTGRES_EXTRA = "PostgreSQL support needs: pip install 'agentbox[postgres]'"
+POSTGRES_EXTRA = "PostgreSQL needs the postgres extra, psycopg 3: pip install 'psycopg[binary]'"
 
 
 class Waiter(Protocol):

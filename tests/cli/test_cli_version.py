@@ -18,7 +18,7 @@ from support.fixtures import Cli
 def test_version_in_process(cli: Cli, home: Path) -> None:
     result = cli("--version")
     assert (result.code, result.out, result.err) == (0, f"agentbox {agentbox.__version__}\n", "")
-    assert agentbox.__version__ == version("agentbox")
+    assert agentbox.__version__ == version("agentbox-inbox")
     assert not home.exists()
 
 
