@@ -111,7 +111,7 @@ def ingest(
         show_default=False)] = None,
     payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--payload", "-p", metavar="JSON",
-        help="The event as a JSON object (default {}; stdin is never read for it).",
+        help="The event as a JSON object (default {}; for stdin use --payload-file -).",
         show_default=False)] = None,
     payload_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--payload-file", "-f", metavar="FILE",
@@ -150,6 +150,9 @@ def ingest(
         raise UsageError("ingest needs SOURCE and SOURCE_ID (or --jsonl FILE)")
     elif payload is not None and payload_file is not None:
         raise UsageError("give --payload or --payload-file, not both")
+    elif payload == "-":  # the spelling of stdin elsewhere; here it would be bad JSON
+        raise UsageError("--payload takes the JSON itself; to read it from stdin, "
+                         "use --payload-file -")
     elif payload is None and payload_file is None and _stdin_is_waiting():
         raise UsageError("stdin holds data but no payload was named: pass --payload-file - "
                          "to ingest it, or --payload '{}' to store {} and leave stdin alone")
