@@ -20,10 +20,19 @@ def shown(cli: Cli, *flags: str) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for row in json.loads(result.out)}
 
 
-def test_path_is_under_agentbox_home(cli: Cli, home: Path) -> None:
+def test_path_is_under_agentbox_home_and_says_when_nothing_is_there(cli: Cli,
+                                                                    home: Path) -> None:
     result = cli("config", "path")
     assert (result.code, result.out) == (0, f"{home / 'config.toml'}\n")
+    assert result.err == (f"agentbox: no config file there yet, nor its folder {home}; every "
+                          "setting has its default until `agentbox config set` writes one\n")
     assert not home.exists()  # asking where it lives creates nothing
+    home.mkdir()
+    folder_only = cli("config", "path")
+    assert folder_only.out == result.out
+    assert folder_only.err.startswith("agentbox: no config file there yet; every setting")
+    assert cli("config", "set", "max_batch", "7").code == 0
+    assert cli("config", "path").err == ""
 
 
 def test_show_defaults(cli: Cli, home: Path) -> None:
