@@ -161,7 +161,8 @@ def ingest(
     check = _signature_check(signature, secret_env, now)
     # The settings name the user, so a bad user name is refused here, before
     # any input is read or any file is made.
-    max_payload = sess.settings().policy.max_payload
+    # Only the key ingest reads: a bad setting of another command does not stop a webhook.
+    max_payload: int = sess.settings().value("max_payload")
     from agentbox import delivery, render
 
     if jsonl is not None:
