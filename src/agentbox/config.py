@@ -9,13 +9,13 @@ tables under ``[users.NAME]``::
     outbox_gap = "30m"
 
 Durations may be written as seconds or as ``90s``/``15m``/``4h``/``1d``.
+Commands (``handler``, ``sender``) are argv lists, or strings split like a
+shell would split them (no shell ever runs them).
 
 A key agentbox does not know is a warning, never a stop: a typo must not make
 every command fail, least of all ``ingest``, whose webhook would drop its
 delivery. A bad value of a known key stops only a command that reads that
 key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
-Commands (``handler``, ``sender``) are argv lists, or strings split like a
-shell would split them (no shell ever runs them).
 
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
 ``[users.USER.sources.NAME]``, whose keys win)::
