@@ -27,7 +27,8 @@ def server(args: argparse.Namespace) -> str:
     try:
         import psycopg
     except ImportError:
-        _unavailable(args, "psycopg is not installed (pip install 'agentbox[postgres]')")
+        _unavailable(args, "psycopg is not installed (the postgres extra: "
+                           "pip install '.[postgres]')")
     try:
         with psycopg.connect(url, connect_timeout=5) as conn:
             conn.execute("SELECT 1")

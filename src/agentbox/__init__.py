@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agentbox.ledger.store import Store
 
-__version__ = "0.1.0"
+# The release, read by pyproject.toml too (its version is dynamic); CHANGELOG.md says
+# what each one brought.
+__version__ = "0.2.0"
 __all__ = ["__version__", "open"]
 
 

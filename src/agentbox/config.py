@@ -12,6 +12,11 @@ Durations may be written as seconds or as ``90s``/``15m``/``4h``/``1d``.
 Commands (``handler``, ``sender``) are argv lists, or strings split like a
 shell would split them (no shell ever runs them).
 
+A key agentbox does not know is a warning, never a stop: a typo must not make
+every command fail, least of all ``ingest``, whose webhook would drop its
+delivery. A bad value of a known key stops only a command that reads that
+key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
+
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
 ``[users.USER.sources.NAME]``, whose keys win)::
 
@@ -173,18 +178,50 @@ def described(key: str) -> str:
     return f"{known.help} (default {shown})"
 
 
-class Settings(NamedTuple):
-    policy: Policy
-    handler: list[str] | None
-    sender: list[str] | None
-    database: str | None
-    timezone: str | None
-    origins: dict[str, str]  # key -> "default" | "config" | "config [users.NAME]" | "flag"
+class Settings:
+    """The settings in force for one user, each with where it came from.
+
+    A value config.toml spells wrong is kept as its problem, and reading that
+    key (alone, or as part of :attr:`policy`) raises it as a usage error: a
+    bad ``outbox_gap`` stops ``dispatch`` and ``run``, not ``ingest``.
+    """
+
+    def __init__(self, values: Mapping[str, Any], problems: Mapping[str, str],
+                 origins: dict[str, str]) -> None:
+        self._values = dict(values)
+        self.problems = dict(problems)  # key -> the one line that says what is wrong
+        self.origins = origins  # key -> "default" | "config" | "config [users.NAME]" | "flag"
 
     def value(self, key: str) -> Any:
-        """The value in force for one of :data:`KEYS`."""
-        return (getattr(self, key) if key in ("handler", "sender", "database", "timezone")
-                else getattr(self.policy, key))
+        """The value in force for one of :data:`KEYS`; a usage error if it is written wrong."""
+        problem = self.problems.get(key)
+        if problem is not None:
+            raise UsageError(problem)
+        return self._values.get(key, getattr(_DEFAULTS, key, None))
+
+    @property
+    def policy(self) -> Policy:
+        """Every rule's knob: the rules take them together, so any bad one stops."""
+        return Policy(**{key: self.value(key) for key in Policy._fields})
+
+    @property
+    def handler(self) -> list[str] | None:
+        return self.value("handler")  # type: ignore[no-any-return]
+
+    @property
+    def sender(self) -> list[str] | None:
+        return self.value("sender")  # type: ignore[no-any-return]
+
+    @property
+    def database(self) -> str | None:
+        return self.value("database")  # type: ignore[no-any-return]
+
+    @property
+    def timezone(self) -> str | None:
+        return self.value("timezone")  # type: ignore[no-any-return]
+
+
+_DEFAULTS = Policy()
 
 
 class Lookup(NamedTuple):
@@ -218,28 +255,90 @@ def parse_settings(table: Mapping[str, Any], where: str,
                    known: Collection[str] = tuple(KEYS)) -> dict[str, Any]:
     """Every setting of ``table`` checked and parsed; a problem names ``where`` and the key.
 
-    Shared by config.toml and scenario files, so a value means the same in both.
+    For scenario files, which are checked whole, so an unknown key is an error
+    there. config.toml reads each key by itself (:func:`_read`); both parse a
+    value with :func:`_parse`, so it means the same in both.
     """
     parsed = {}
     for key, raw in table.items():
         if key not in known:
             raise BadInput(f"{where}: unknown setting {key!r} (known: {', '.join(known)})")
-        try:
-            parsed[key] = KEYS[key].parse(raw)
-        except BadInput as exc:
-            raise BadInput(f"{where}: {key}: {exc}") from None
+        parsed[key] = _parse(key, raw, where)
     return parsed
+
+
+def _parse(key: str, raw: Any, where: str) -> Any:
+    try:
+        return KEYS[key].parse(raw)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {key}: {exc}") from None
 
 
 _TABLES = ("users", "sources")  # tables of config.toml that hold no setting themselves
 
 
-def _layer(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """One table of config.toml; a bad config is a usage error, not bad data."""
+class _Table(NamedTuple):
+    values: dict[str, Any]
+    problems: dict[str, str]  # a known key written wrong -> what is wrong
+    unknown: list[str]  # what to say of each key agentbox does not know
+
+
+def _read(table: Mapping[str, Any], where: str) -> _Table:
+    """One table of config.toml, each key by itself: a bad one spoils no other."""
+    read = _Table({}, {}, [])
+    for key, raw in table.items():
+        if key in _TABLES:
+            continue
+        if key not in KEYS:
+            import difflib  # only for a config with a typo
+
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; see `agentbox config show`"
+            read.unknown.append(f"{where}: unknown setting {key!r} is ignored{hint}")
+            continue
+        try:
+            read.values[key] = _parse(key, raw, where)
+        except BadInput as exc:
+            read.problems[key] = str(exc)
+    return read
+
+
+class ConfigWarning(UserWarning):
+    """A setting of config.toml that agentbox ignores (an unknown key)."""
+
+
+_warned: set[str] = set()  # said once per process, however often the config is read
+
+
+def _layer(table: Mapping[str, Any], where: str) -> _Table:
+    """One table of config.toml, its unknown keys each warned about once, as a
+    :class:`ConfigWarning` (the CLI shows it as one line on stderr)."""
+    read = _read(table, where)
+    for line in read.unknown:
+        if line not in _warned:
+            _warned.add(line)
+            import warnings
+
+            warnings.warn(line, ConfigWarning, stacklevel=2)
+    return read
+
+
+def findings(path: Path) -> list[str]:
+    """Everything wrong in config.toml, every user's table included (for ``doctor``)."""
     try:
-        return parse_settings({k: v for k, v in table.items() if k not in _TABLES}, where)
-    except BadInput as exc:
-        raise UsageError(str(exc)) from None
+        doc = load(path)
+        users = doc.get("users", {})
+        if not isinstance(users, dict):
+            raise UsageError(f"{path}: [users] must be a table of per-user tables")
+        tables = [(doc, str(path))] + [(_table(doc, path, name), f"{path} [users.{name}]")
+                                       for name in users]
+    except UsageError as exc:
+        return [str(exc)]
+    found: list[str] = []
+    for table, where in tables:
+        read = _read(table, where)
+        found += read.unknown + list(read.problems.values())
+    return found
 
 
 def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Settings:
@@ -250,16 +349,20 @@ def resolve(path: Path, user: str, flags: Mapping[str, Any] | None = None) -> Se
 def _resolve(doc: dict[str, Any], path: Path, user: str,
              flags: Mapping[str, Any] | None = None) -> Settings:
     mine = _table(doc, path, user)
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
     values: dict[str, Any] = {}
+    problems: dict[str, str] = {}
     origins = {key: "default" for key in KEYS}
     for layer, origin in ((_layer(doc, str(path)), "config"),
                           (_layer(mine, f"{path} [users.{user}]"), f"config [users.{user}]"),
-                          ({k: v for k, v in (flags or {}).items() if v is not None}, "flag")):
-        values.update(layer)
-        origins.update(dict.fromkeys(layer, origin))
-    policy = Policy(**{k: v for k, v in values.items() if k in _POLICY_FIELDS})
-    return Settings(policy, values.get("handler"), values.get("sender"), values.get("database"),
-                    values.get("timezone"), origins)
+                          (_Table(given, {}, []), "flag")):
+        for key in layer.values.keys() | layer.problems.keys():  # a later layer wins, good or bad
+            values.pop(key, None)
+            problems.pop(key, None)
+            origins[key] = origin
+        values.update(layer.values)
+        problems.update(layer.problems)
+    return Settings(values, problems, origins)
 
 
 def _known(key: str) -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from agentbox.ledger.store import Store
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-POSTGRES_EXTRA = "PostgreSQL support needs: pip install 'agentbox[postgres]'"
+POSTGRES_EXTRA = "PostgreSQL needs the postgres extra, psycopg 3: pip install 'psycopg[binary]'"
 
 
 def is_url(target: str | os.PathLike[str]) -> bool:

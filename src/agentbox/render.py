@@ -66,6 +66,12 @@ def error(message: str) -> None:
     sys.stderr.flush()
 
 
+def warning(message: str) -> None:
+    """Something wrong that does not stop the command, as one line on stderr."""
+    sys.stderr.write(f"{PROG}: warning: {printable(' '.join(message.split()))}\n")
+    sys.stderr.flush()
+
+
 def notice(message: str) -> None:
     """Information for the person at the terminal, on stderr so pipes stay clean."""
     sys.stderr.write(f"{PROG}: {printable(message)}\n")

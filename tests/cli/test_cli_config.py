@@ -20,10 +20,19 @@ def shown(cli: Cli, *flags: str) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for row in json.loads(result.out)}
 
 
-def test_path_is_under_agentbox_home(cli: Cli, home: Path) -> None:
+def test_path_is_under_agentbox_home_and_says_when_nothing_is_there(cli: Cli,
+                                                                    home: Path) -> None:
     result = cli("config", "path")
     assert (result.code, result.out) == (0, f"{home / 'config.toml'}\n")
+    assert result.err == (f"agentbox: no config file there yet, nor its folder {home}; every "
+                          "setting has its default until `agentbox config set` writes one\n")
     assert not home.exists()  # asking where it lives creates nothing
+    home.mkdir()
+    folder_only = cli("config", "path")
+    assert folder_only.out == result.out
+    assert folder_only.err.startswith("agentbox: no config file there yet; every setting")
+    assert cli("config", "set", "max_batch", "7").code == 0
+    assert cli("config", "path").err == ""
 
 
 def test_show_defaults(cli: Cli, home: Path) -> None:
@@ -109,18 +118,13 @@ def test_set_with_bad_user_name_writes_nothing(cli: Cli, home: Path, one_error: 
 
 @pytest.mark.parametrize(("text", "needle"), [
     ("max_batch = = 3\n", "invalid TOML"),
-    ("max_batch = 0\n", "max_batch"),
-    ("lease_ttl = 1.5\n", "lease_ttl"),
-    ("lease_ttl = true\n", "lease_ttl"),
-    ('delivery = "maybe"\n', "delivery"),
-    ("handler = [1, 2]\n", "handler"),
-    ("mystery = 1\n", "unknown setting 'mystery'"),
     ("users = 3\n", "[users]"),
     ("[users]\nalice = 3\n", "[users.alice]"),
-    ("[users.alice]\nmax_payload = -1\n", "[users.alice]"),
+    ("[users.alice]\nmax_payload = -1\n", "[users.alice]"),  # the one ingest reads
+    ('database = ""\n', "database"),  # where the inbox is: every command reads it
 ])
-def test_a_broken_config_is_one_line_and_exit_2(cli: Cli, home: Path, one_error: Any,
-                                                text: str, needle: str) -> None:
+def test_what_ingest_cannot_do_without_stops_it_in_one_line(
+        cli: Cli, home: Path, one_error: Any, text: str, needle: str) -> None:
     home.mkdir()
     (home / "config.toml").write_text(text)
     for argv in (["ingest", "s", "1"], ["config", "show"]):
@@ -129,10 +133,40 @@ def test_a_broken_config_is_one_line_and_exit_2(cli: Cli, home: Path, one_error:
         assert needle in one_error(result.err)
     assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # nothing was stored
     assert (home / "config.toml").read_text() == text
-    # The config may name the database, so finding the inbox needs it too; naming
-    # the inbox on the line is the way around a broken config.
-    assert cli("status", now=T0).code == 2
-    assert cli("--db", str(home.parent / "x.sqlite3"), "status", "--json", now=T0).code == 0
+
+
+@pytest.mark.parametrize(("text", "needle", "reader"), [
+    ("max_batch = 0\n", "max_batch", ["run", "--", "true"]),
+    ("lease_ttl = 1.5\n", "lease_ttl", ["run", "--", "true"]),
+    ("lease_ttl = true\n", "lease_ttl", ["schedule", "tick"]),
+    ('delivery = "maybe"\n', "delivery", ["dispatch"]),
+    ("handler = [1, 2]\n", "handler", ["run"]),  # `run -- CMD` would not read it
+])
+def test_a_bad_value_stops_the_commands_that_read_it_not_ingest(
+        cli: Cli, home: Path, one_error: Any, text: str, needle: str, reader: list[str]) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text(text)
+    stored = cli("ingest", "s", "1", now=T0)
+    assert (stored.code, stored.err) == (0, "")  # the webhook's delivery is kept
+    for argv in (reader, ["config", "show"]):
+        result = cli(*argv, now=T0)
+        assert result.code == 2, (argv, result)
+        assert needle in one_error(result.err)
+    assert cli("status", "--json", now=T0).code == 0
+    assert (home / "config.toml").read_text() == text
+
+
+def test_a_typo_in_a_key_is_a_warning_and_every_command_goes_on(cli: Cli, home: Path) -> None:
+    home.mkdir()
+    (home / "config.toml").write_text("max_attempts = 5\nmax_bach = 7\n")
+    warning = (f"agentbox: warning: {home / 'config.toml'}: unknown setting 'max_bach' is "
+               "ignored; did you mean 'max_batch'?\n")
+    stored = cli("ingest", "s", "1", "--json", now=T0)
+    assert (stored.code, json.loads(stored.out)["outcome"]) == (0, "stored")
+    assert stored.err == warning
+    assert cli("run", "--", "sh", "-c", "cat >/dev/null", now=T0).code == 0
+    assert shown(cli)["max_attempts"]["value"] == 5  # the rest of the file still counts
+    assert cli("doctor", now=T0).code == 1  # where an unknown key is a failure
 
 
 def test_invalid_toml_is_never_overwritten(cli: Cli, home: Path, one_error: Any) -> None:
@@ -147,9 +181,9 @@ def test_invalid_toml_is_never_overwritten(cli: Cli, home: Path, one_error: Any)
 def test_config_set_repairs_a_bad_value(cli: Cli, home: Path) -> None:
     home.mkdir()
     (home / "config.toml").write_text("max_batch = 0\n")
-    assert cli("ingest", "s", "1", now=T0).code == 2
+    assert cli("run", "--", "true", now=T0).code == 2
     assert cli("config", "set", "max_batch", "2", "--all-users").code == 0
-    assert cli("ingest", "s", "1", now=T0).code == 0
+    assert cli("run", "--", "true", now=T0).code == 0
 
 
 def test_config_that_is_not_utf8_is_one_line(cli: Cli, home: Path, one_error: Any) -> None:
@@ -164,7 +198,8 @@ def test_another_users_bad_table_does_not_matter(cli: Cli, home: Path) -> None:
     home.mkdir()
     (home / "config.toml").write_text("[users.bob]\nmax_batch = 0\n")
     assert cli("ingest", "s", "1", now=T0).code == 0
-    assert cli("--user", "bob", "ingest", "s", "1", now=T0).code == 2
+    assert cli("--user", "bob", "ingest", "s", "1", now=T0).code == 0  # ingest reads no max_batch
+    assert cli("--user", "bob", "run", "--", "true", now=T0).code == 2
 
 
 def test_a_command_may_be_set_as_a_json_array(cli: Cli, home: Path) -> None:

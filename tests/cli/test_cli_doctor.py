@@ -15,7 +15,7 @@ from support.fixtures import Cli
 from support.sqlite import sqlite_store
 
 NAMES = ["open", "integrity", "schema", "permissions", "wal", "lease", "running", "uncertain",
-         "pending"]
+         "pending", "config"]
 
 
 def doctor(cli: Cli, *argv: str, now: int = T0) -> tuple[int, dict[str, tuple[bool, str]]]:
@@ -122,7 +122,7 @@ def test_a_file_that_is_no_inbox_fails_to_open(cli: Cli, inbox_path: Path) -> No
     inbox_path.parent.mkdir(parents=True)
     inbox_path.write_bytes(b"definitely not SQLite" * 100)
     code, checks = doctor(cli)
-    assert (code, list(checks)) == (1, ["open"])
+    assert (code, list(checks), failed(checks)) == (1, ["open", "config"], ["open"])
     assert "not an agentbox database" in checks["open"][1]
 
 
@@ -131,3 +131,16 @@ def test_no_inbox_is_as_healthy_as_an_empty_one(cli: Cli, home: Path) -> None:
     assert (code, failed(checks)) == (0, [])
     assert checks["permissions"][1] == "no file yet"
     assert not home.exists()
+
+
+def test_a_config_with_a_typo_or_a_bad_value_fails(cli: Cli, home: Path) -> None:
+    """Every other command only warns about an unknown key; doctor is where it fails."""
+    assert cli("ingest", "s", "1", now=T0).code == 0
+    (home / "config.toml").write_text('max_atempts = 5\n[users.bob]\noutbox_gap = "soon"\n')
+    code, checks = doctor(cli)
+    assert (code, failed(checks)) == (1, ["config"])
+    assert "unknown setting 'max_atempts' is ignored; did you mean 'max_attempts'?" in (
+        checks["config"][1])
+    assert "[users.bob]: outbox_gap: not a duration" in checks["config"][1]
+    (home / "config.toml").write_text("max_attempts = 5\n")
+    assert doctor(cli)[0] == 0

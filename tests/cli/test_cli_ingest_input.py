@@ -70,6 +70,16 @@ def test_piped_body_without_payload_flag_is_refused_not_dropped(
 
 
 @pytest.mark.slow
+def test_payload_dash_points_to_payload_file_and_reads_nothing(
+        home: Path, inbox_path: Path) -> None:
+    """`-` names stdin for every other option; for --payload it is a slip, not JSON."""
+    code, out, err = with_pipe(home, b'{"text": "x"}\n', "ingest", "chat", "c", "--payload", "-")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "use --payload-file -" in err
+    assert not inbox_path.exists()
+
+
+@pytest.mark.slow
 def test_pipe_still_open_with_data_is_refused(home: Path) -> None:
     code, _, err = with_pipe(home, b'{"text": "x"}', "ingest", "chat", "c", close=False)
     assert code == 2, err

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -14,12 +16,29 @@ import pytest
 import agentbox
 from support.fixtures import Cli
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_version_in_process(cli: Cli, home: Path) -> None:
+
+def test_version_is_the_installed_distributions(cli: Cli, home: Path) -> None:
     result = cli("--version")
-    assert (result.code, result.out, result.err) == (0, f"agentbox {agentbox.__version__}\n", "")
-    assert agentbox.__version__ == version("agentbox")
+    assert (result.code, result.out, result.err) == (0, f"agentbox {version('agentbox-inbox')}\n",
+                                                     "")
     assert not home.exists()
+
+
+def test_the_version_is_written_once_and_the_changelog_has_it() -> None:
+    """pyproject.toml takes it from agentbox.__version__; the newest release in
+    CHANGELOG.md is that version, below the section where the next one's changes go."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "agentbox.__version__"}
+    headings = re.findall(r"^## (.+)$", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"),
+                          re.M)
+    assert headings[0] == "Unreleased"
+    assert headings[1].startswith(f"{agentbox.__version__} - ")
+    assert "](CHANGELOG.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_version_wins_over_a_bad_user_and_a_command(cli: Cli, home: Path) -> None:

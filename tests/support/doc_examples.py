@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,9 +198,14 @@ def _trimmed(lines: list[str]) -> list[str]:
 
 
 class Session:
-    """One page's examples: a working directory, a home and a pinned clock."""
+    """One page's examples: a working directory, a home and a pinned clock.
 
-    def __init__(self, tmp: Path) -> None:
+    ``env`` adds to the environment (a database to run them against); ``same``
+    says whether a command's output is what the page shows.
+    """
+
+    def __init__(self, tmp: Path, env: Mapping[str, str] | None = None,
+                 same: Callable[[list[str], list[str]], bool] = matches) -> None:
         self.cwd = tmp / "work"
         self.cwd.mkdir(parents=True)
         tools = tmp / "bin"
@@ -215,6 +220,8 @@ class Session:
                         AGENTBOX_NOW=str(START), COLUMNS="80", LC_ALL="C.UTF-8", TZ="UTC",
                         HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
                         PYTHONIOENCODING="utf-8")
+        self.env.update(env or {})
+        self.same = same
         self.shell = Shell(self.cwd, self.env)
 
     def script(self, text: str) -> tuple[int, list[str]]:
@@ -249,7 +256,7 @@ class Session:
                 if status != command.status:
                     pytest.fail(f"{where}: `{command.text}` exited {status}, the doc says "
                                 f"{command.status}; it printed:\n{shown}", pytrace=False)
-                if not matches(command.expected, output):
+                if not self.same(command.expected, output):
                     pytest.fail(f"{where}: `{command.text}` printed:\n{shown}\n"
                                 "--- the doc shows:\n" + "\n".join(command.expected),
                                 pytrace=False)
@@ -263,9 +270,10 @@ class Session:
                             pytrace=False)
 
 
-def play_page(page: Path, tmp: Path) -> None:
+def play_page(page: Path, tmp: Path, env: Mapping[str, str] | None = None,
+              same: Callable[[list[str], list[str]], bool] = matches) -> None:
     """Run every example of ``page``, in order; the first that differs fails."""
-    session = Session(tmp)
+    session = Session(tmp, env, same)
     try:
         for block in blocks(page):
             assert block.language in SHELL + NOT_SHELL, (

@@ -32,7 +32,7 @@ def _reach() -> tuple[str, str | None]:
     try:
         import psycopg
     except ImportError:
-        return url, "psycopg is not installed (pip install 'agentbox[postgres]')"
+        return url, "psycopg is not installed (the postgres extra: pip install '.[postgres]')"
     try:
         with psycopg.connect(url, connect_timeout=3) as conn:
             conn.execute("SELECT 1")

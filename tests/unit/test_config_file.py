@@ -50,20 +50,51 @@ max_attempts = 9
     assert bob.policy.max_attempts == 9 and bob.policy.lease_ttl == 120
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("max_batch = = 1", "invalid TOML"),
-    ("retry_backoff = -1", "retry_backoff"),
-    ("lease_ttl = 2.5", "lease_ttl"),
-    ("sender = []", "cannot be empty"),
-    ("unknown = 1", "unknown setting"),
-    ("[users.alice]\ndelivery = 1", "[users.alice]"),
-])
-def test_bad_files_are_usage_errors(tmp_path: Path, text: str, needle: str) -> None:
-    path = write(tmp_path / "c.toml", text)
+def test_a_file_that_cannot_be_read_stops_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", "max_batch = = 1")
     with pytest.raises(UsageError) as caught:
         config.resolve(path, "alice")
-    assert needle in str(caught.value)
-    assert str(path) in str(caught.value)
+    assert "invalid TOML" in str(caught.value) and str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "key", "needle"), [
+    ("retry_backoff = -1", "retry_backoff", "retry_backoff"),
+    ("lease_ttl = 2.5", "lease_ttl", "lease_ttl"),
+    ("sender = []", "sender", "cannot be empty"),
+    ("[users.alice]\ndelivery = 1", "delivery", "[users.alice]"),
+])
+def test_a_bad_value_stops_only_what_reads_it(tmp_path: Path, text: str, key: str,
+                                              needle: str) -> None:
+    path = write(tmp_path / "c.toml", text)
+    settings = config.resolve(path, "alice")
+    assert settings.value("max_payload") == Policy().max_payload  # another key reads fine
+    with pytest.raises(UsageError) as caught:
+        settings.value(key)
+    assert needle in str(caught.value) and str(path) in str(caught.value)
+    if key in Policy._fields:  # the rules take every knob at once
+        with pytest.raises(UsageError):
+            settings.policy  # noqa: B018
+    assert config.findings(path) == [str(caught.value)]
+
+
+def test_a_later_layer_covers_a_bad_value(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", 'outbox_gap = "soon"\n[users.alice]\noutbox_gap = 60\n')
+    assert config.resolve(path, "alice").policy.outbox_gap == 60
+    assert config.resolve(path, "bob", {"outbox_gap": 90}).policy.outbox_gap == 90
+    with pytest.raises(UsageError):
+        config.resolve(path, "bob").policy  # noqa: B018
+    assert config.resolve(path, "bob").origins["outbox_gap"] == "config"
+
+
+def test_an_unknown_key_is_a_warning_once_and_ignored(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", 'max_atempts = 5\n[users.alice]\nzzz = 1\n')
+    with pytest.warns(config.ConfigWarning) as said:
+        for _ in range(3):
+            assert config.resolve(path, "alice").policy == Policy()
+    assert [str(w.message) for w in said] == [
+        f"{path}: unknown setting 'max_atempts' is ignored; did you mean 'max_attempts'?",
+        f"{path} [users.alice]: unknown setting 'zzz' is ignored; see `agentbox config show`"]
+    assert len(config.findings(path)) == 2
 
 
 def test_retry_backoff_zero_turns_it_off(tmp_path: Path) -> None:

@@ -96,3 +96,12 @@ def test_only_the_face_imports_the_output_module() -> None:
     face = ("agentbox.cli", "agentbox.render")
     users = {name for name, deps in GRAPH.items() if "agentbox.render" in deps}
     assert {u for u in users if not u.startswith(face)} == set()
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((SRC.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {_module(init) for init in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set()

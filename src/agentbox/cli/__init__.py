@@ -13,6 +13,7 @@ from agentbox.cli.app import COMMANDS, app
 from agentbox.errors import AgentboxError, Exit
 
 if TYPE_CHECKING:
+    from typer._click.core import Command
     from typer.core import TyperGroup
 
 __all__ = ["app", "build", "load_commands", "main", "run"]
@@ -29,19 +30,26 @@ def load_commands(names: Sequence[str] | None = None) -> None:
         importlib.import_module(f"agentbox.cli.{module}")
 
 
-def _command_name(argv: Sequence[str]) -> str | None:
-    """The known command ``argv`` runs, or None (help, completion, an unknown word)."""
+def _command_at(argv: Sequence[str]) -> int | None:
+    """Where in ``argv`` the known command it runs is, or None (help, completion, an
+    unknown word)."""
     import os
 
     if any(k.endswith("_COMPLETE") and k.startswith("_AGENTBOX") for k in os.environ):
         return None
-    words = iter(argv)
-    for word in words:
+    words = enumerate(argv)
+    for n, word in words:
         if word in _ROOT_OPTIONS_WITH_VALUE:
             next(words, None)
         elif not word.startswith("-"):
-            return word if word in COMMANDS else None
+            return n if word in COMMANDS else None
     return None
+
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The known command ``argv`` runs, or None (help, completion, an unknown word)."""
+    at = _command_at(argv)
+    return None if at is None else argv[at]
 
 
 def build(argv: Sequence[str]) -> TyperGroup:
@@ -69,6 +77,90 @@ def build(argv: Sequence[str]) -> TyperGroup:
     return group
 
 
+def _takes_value(command: Command, word: str) -> bool | None:
+    """Whether ``word`` is an option of ``command`` that takes a value; None if it is
+    none of its options."""
+    for param in command.params:
+        if param.param_type_name == "option" and word in (*param.opts, *param.secondary_opts):
+            return not (getattr(param, "is_flag", False) or getattr(param, "count", False))
+    return None
+
+
+def hoist_root_options(group: TyperGroup, argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--user``/``-u``/``--db`` written after the command moved before it.
+
+    ``agentbox status --user bob`` means what ``agentbox --user bob status`` does,
+    where the command has no option of that name itself (``scenarios --db`` is
+    its own). Nothing after ``--`` moves, nor anything after the first argument of a
+    command that takes the rest of the line as its own (``dispatch CMD ARGS``), nor a
+    word that is another option's value.
+    """
+    args = list(argv)
+    at = _command_at(args)
+    if at is None or args[at] not in group.commands:
+        return args
+    command: Command = group.commands[args[at]]
+    n = at + 1
+    kept: list[str] = []
+    moved: list[str] = []
+    while n < len(args):
+        word = args[n]
+        if word.startswith("--"):
+            option, eq, _ = word.partition("=")
+        else:  # -ubob is -u bob
+            option, eq = ("-u", "=") if word.startswith("-u") and len(word) > 2 else (word, "")
+        commands = getattr(command, "commands", None)
+        if word == "--":
+            break
+        if commands is not None and word in commands:
+            command = commands[word]
+        elif not word.startswith("-") or word == "-":
+            if not command.context_settings.get("allow_interspersed_args",
+                                                command.allow_interspersed_args):
+                break
+        elif option in _ROOT_OPTIONS_WITH_VALUE and _takes_value(command, option) is None:
+            if not eq and n + 1 == len(args):
+                from agentbox.errors import UsageError
+
+                raise UsageError(f"{option} needs a value")
+            width = 1 if eq else 2
+            moved += args[n:n + width]
+            n += width
+            continue
+        elif not eq and _takes_value(command, option):
+            kept.append(word)
+            n += 1
+            if n == len(args):
+                break
+            word = args[n]
+        kept.append(word)
+        n += 1
+    return args[:at] + moved + args[at:at + 1] + kept + args[n:]
+
+
+
+def _show_config_warnings() -> None:
+    """A :class:`~agentbox.config.ConfigWarning` is one ``warning:`` line on stderr, each
+    time the library raises it (it says each once); other warnings as Python shows them."""
+    import warnings
+
+    shown = warnings.showwarning
+    if getattr(shown, "agentbox", False):  # run() again in the same process
+        return
+
+    def show(message: Warning | str, category: type[Warning], *args: object,
+             **kwargs: object) -> None:
+        if category.__name__ == "ConfigWarning":  # not imported here: ingest's start-up
+            from agentbox import render
+
+            render.warning(str(message))
+            return
+        shown(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    show.agentbox = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+    warnings.filterwarnings("always", message=".*unknown setting")
+
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line on stderr."""
@@ -78,8 +170,11 @@ def run(argv: list[str] | None = None) -> int:
     from agentbox import render
 
     args = sys.argv[1:] if argv is None else argv
+    _show_config_warnings()
     try:
-        result = build(args).main(args=args, prog_name="agentbox", standalone_mode=False)
+        group = build(args)
+        result = group.main(args=hoist_root_options(group, args), prog_name="agentbox",
+                            standalone_mode=False)
     except NoArgsIsHelpError as exc:
         # A bare group: its help is the answer (rich has already printed it).
         if exc.format_message().strip():

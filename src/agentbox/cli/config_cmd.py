@@ -22,10 +22,20 @@ def config(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 @config_app.command("path")
 def config_path() -> None:
-    """Print where config.toml lives."""
+    """Print where config.toml lives (on stderr: whether it is there yet).
+
+    The path alone goes to stdout, for scripts; a person looking for the file is
+    told on stderr when there is nothing there, so an empty folder is no puzzle.
+    """
     from agentbox import paths, render
 
-    render.data(str(paths.config_path()))
+    path = paths.config_path()
+    render.data(str(path))
+    if path.exists():
+        return
+    missing = "" if path.parent.is_dir() else f", nor its folder {path.parent}"
+    render.notice(f"no config file there yet{missing}; every setting has its default "
+                  "until `agentbox config set` writes one")
 
 
 @config_app.command("show")

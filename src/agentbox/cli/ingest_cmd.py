@@ -111,7 +111,7 @@ def ingest(
         show_default=False)] = None,
     payload: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--payload", "-p", metavar="JSON",
-        help="The event as a JSON object (default {}; stdin is never read for it).",
+        help="The event as a JSON object (default {}; for stdin use --payload-file -).",
         show_default=False)] = None,
     payload_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--payload-file", "-f", metavar="FILE",
@@ -150,6 +150,9 @@ def ingest(
         raise UsageError("ingest needs SOURCE and SOURCE_ID (or --jsonl FILE)")
     elif payload is not None and payload_file is not None:
         raise UsageError("give --payload or --payload-file, not both")
+    elif payload == "-":  # the spelling of stdin elsewhere; here it would be bad JSON
+        raise UsageError("--payload takes the JSON itself; to read it from stdin, "
+                         "use --payload-file -")
     elif payload is None and payload_file is None and _stdin_is_waiting():
         raise UsageError("stdin holds data but no payload was named: pass --payload-file - "
                          "to ingest it, or --payload '{}' to store {} and leave stdin alone")
@@ -158,7 +161,8 @@ def ingest(
     check = _signature_check(signature, secret_env, now)
     # The settings name the user, so a bad user name is refused here, before
     # any input is read or any file is made.
-    max_payload = sess.settings().policy.max_payload
+    # Only the key ingest reads: a bad setting of another command does not stop a webhook.
+    max_payload: int = sess.settings().value("max_payload")
     from agentbox import delivery, render
 
     if jsonl is not None:

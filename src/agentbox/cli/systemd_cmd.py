@@ -11,6 +11,13 @@ handler's or sender's process group itself, gives the claimed events back and
 exits; whatever is left in the unit's cgroup after that (a process that left
 the group on purpose) gets SIGKILL. ``TimeoutStopSec`` leaves room for that.
 
+Hardening: every service takes the sandboxing a user service running
+agentbox and an arbitrary handler can bear (:data:`HARDENING`, each setting's
+reason in docs/operations-systemd.md): the file system read-only but for the
+inbox's folder and the working directory, a private /tmp where nothing agentbox
+needs lies under /tmp, no new privileges, files private by default, and only
+local and Internet sockets. A drop-in loosens or tightens it per unit.
+
 Missed ticks: ``Persistent=`` only acts on ``OnCalendar=`` timers, which
 cannot say "every 90s", so the timers are monotonic: ``OnBootSec=`` elapses
 at once when it is already past as the timer starts (after boot, at login,
@@ -21,7 +28,7 @@ the ticks that were missed.
 
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -40,6 +47,39 @@ RESTART_DELAY = "5s"
 # 75: the lease is held elsewhere or the database stayed busy; the next tick retries.
 # 143: stopped by SIGTERM (systemctl stop) after a clean stop, which is no failure.
 ONESHOT_SUCCESS = "75 143"
+
+# The sandboxing every service takes, in the order docs/operations-systemd.md explains
+# it. None of these can keep a service from starting: where the user manager cannot
+# make a user namespace, systemd skips the mount-based ones.
+HARDENING = (
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "ProtectKernelTunables=yes",
+    "ProtectControlGroups=yes",
+    "ProtectHostname=yes",
+    "NoNewPrivileges=yes",
+    "RestrictSUIDSGID=yes",
+    "RestrictRealtime=yes",
+    "LockPersonality=yes",
+    "SystemCallArchitectures=native",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+    "UMask=0077",
+)
+# Where this host lets the user manager make a user namespace: PrivateUsers= makes the
+# mount-based settings take effect on systemd 252 too (253 and later imply it), and
+# these fail a service that cannot have one, so they come only with it.
+IN_USER_NAMESPACE = (
+    "PrivateUsers=yes",
+    "CapabilityBoundingSet=",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectClock=yes",
+)
+# Where each of the kernel's switches says unprivileged user namespaces are off.
+USERNS_OFF = {"/proc/sys/user/max_user_namespaces": "0",
+              "/proc/sys/kernel/unprivileged_userns_clone": "0",
+              "/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1"}
+_TEMPORARY = ("/tmp", "/var/tmp")  # hidden from a service by PrivateTmp=
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                    "@%+=:,./-_$")
@@ -77,6 +117,13 @@ def environment_item(name: str, value: str) -> str:
     return f'"{_c_escaped(f"{name}={value}".replace("%", "%%"))}"'
 
 
+def path_item(path: str) -> str:
+    """One path of ReadWritePaths=: specifiers escaped, quoted when not plain (``$`` is
+    literal there)."""
+    escaped = path.replace("%", "%%")
+    return escaped if set(escaped) <= _PLAIN - {"$"} else f'"{_c_escaped(escaped)}"'
+
+
 def systemd_path(path: str, flag: str) -> str:
     """A path for WorkingDirectory= or EnvironmentFile=, which take it raw, unquoted.
 
@@ -106,6 +153,9 @@ class Plan:
     handler: list[str] | None = None  # None: the `handler` setting, read at each run
     sender: list[str] | None = None  # None: the `sender` setting, read at each dispatch
     listen: str | None = None  # a serve unit on this address
+    writable: tuple[str, ...] = ()  # the only folders a service may write (and below)
+    private_tmp: bool = False  # nothing the services need lies under /tmp or /var/tmp
+    userns: bool = False  # this host lets the user manager make user namespaces
 
     def name(self, command: str) -> str:
         return f"agentbox-{self.user}-{command}"
@@ -159,7 +209,10 @@ def _service(plan: Plan, description: str, argv: list[str], timed: bool) -> str:
     if plan.env_file is not None:
         lines.append("EnvironmentFile=" + systemd_path(plan.env_file, "--env-file"))
     lines += ["ExecStart=" + exec_line(argv),
-              "KillMode=mixed", f"TimeoutStopSec={STOP_TIMEOUT}"]
+              "KillMode=mixed", f"TimeoutStopSec={STOP_TIMEOUT}",
+              *(IN_USER_NAMESPACE if plan.userns else ()), *HARDENING,
+              *(["PrivateTmp=yes"] if plan.private_tmp else []),
+              *(f"ReadWritePaths={path_item(path)}" for path in plan.writable)]
     if timed:
         lines.append(f"SuccessExitStatus={ONESHOT_SUCCESS}")
     else:
@@ -178,6 +231,38 @@ def _timer(name: str, description: str, every: str) -> str:
         f"Unit={name}.service", "",
         "[Install]", "WantedBy=timers.target",
     ]) + "\n"
+
+
+def userns_switch_off() -> str | None:
+    """The kernel switch that turns unprivileged user namespaces off here, or None."""
+    for switch, off in USERNS_OFF.items():
+        try:
+            with open(switch, encoding="ascii") as fh:
+                if fh.read().strip() == off:
+                    return switch
+        except (OSError, ValueError):  # no such switch on this kernel
+            continue
+    return None
+
+
+def _under_tmp(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real == t or real.startswith(t + "/") for t in _TEMPORARY)
+
+
+def _inbox_folder(target: str, own: bool) -> str | None:
+    """The folder the inbox's files live in (None for PostgreSQL), made if it is the
+    user's own: the services may write there and nowhere else of agentbox's, so it must
+    exist before they start."""
+    from agentbox import paths
+    from agentbox.location import is_url
+
+    if is_url(target):
+        return None
+    folder = Path(target).parent
+    if own:
+        paths.private_dir(folder)
+    return str(folder.resolve())
 
 
 def _agentbox_argv() -> list[str]:
@@ -302,12 +387,25 @@ def systemd(
     if sess.db_flag is not None:
         exec_argv += ["--db", sess.db_target]
     home = paths.home()
-    plan = Plan(user=sess.user, agentbox=exec_argv, workdir=os.getcwd(),
+    workdir = os.getcwd()
+    inbox = _inbox_folder(sess.db_target, own=sess.chosen_db is None)
+    writable = tuple(dict.fromkeys(p for p in (inbox, workdir) if p is not None))
+    plan = Plan(user=sess.user, agentbox=exec_argv, workdir=workdir,
                 home=None if home is None else str(home.resolve()),
                 env_file=None if env_file is None else _env_file_flag(env_file),
                 every=interval, handler=_absolute_program(handler_argv),
                 sender=_absolute_program(sender_argv),
-                listen=_listen_flag(listen) if serve else None)
+                listen=_listen_flag(listen) if serve else None, writable=writable)
+    needed = [*writable, str(paths.config_path()), *exec_argv[:1],
+              *(word for argv in (plan.handler, plan.sender) if argv for word in argv
+                if os.path.isabs(word)),
+              *([plan.env_file] if plan.env_file else [])]
+    off = userns_switch_off()
+    if off is not None:
+        render.notice(f"{off} turns unprivileged user namespaces off on this host: the units "
+                      "leave out PrivateUsers= and what needs it, and systemd skips "
+                      "ProtectSystem=, ProtectHome=, PrivateTmp= and ReadWritePaths=")
+    plan = replace(plan, private_tmp=not any(_under_tmp(p) for p in needed), userns=off is None)
     texts = units(plan)
     target = user_unit_dir() if install else directory
     written = {} if target is None else _write(target, texts, force)

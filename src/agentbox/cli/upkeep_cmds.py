@@ -126,9 +126,9 @@ def doctor(
     as_json: JsonFlag = False,
 ) -> None:
     """Check the inbox: integrity, schema, permissions, WAL size, lease, events stuck
-    running, uncertain dispatches, the oldest pending event. Exit 0 when all is well,
-    1 otherwise."""
-    from agentbox import render
+    running, uncertain dispatches, the oldest pending event; and config.toml. Exit 0
+    when all is well, 1 otherwise."""
+    from agentbox import config, paths, render
     from agentbox.cli.options import duration_flag
     from agentbox.errors import AgentboxError
     from agentbox.rules.health import PENDING_AGE_LIMIT, Check
@@ -142,6 +142,10 @@ def doctor(
         checks = [Check("open", False, str(exc))]
     else:
         checks = [Check("open", True, store.location), *diagnose(store, sess.now(), limit)]
+    # Other commands warn about an unknown key and go on: here it is a finding.
+    problems = config.findings(paths.config_path())
+    checks.append(Check("config", not problems, "; ".join(problems) or "no unknown key, "
+                        "no bad value"))
     healthy = all(c.ok for c in checks)
     if as_json:
         render.document({"user": sess.user_or_none(), "db": sess.db_target, "ok": healthy,
