@@ -17,7 +17,8 @@ if importlib.util.find_spec("psycopg") is None:
     collect_ignore = ["postgres"]
 
 
-ONLY = {"sqlite_file": "sqlite", "postgres_only": "postgres"}  # marker -> the one backend
+# marker -> the one backend a test so marked runs on
+ONLY = {"sqlite_file": "sqlite", "postgres_only": "postgres", "backend_free": "sqlite"}
 # Fixtures that hand a test the inbox file itself: a test asking for one is a
 # SQLite-file test whether marked or not.
 FILE_FIXTURES = {"inbox_path", "query"}

@@ -15,25 +15,29 @@ import pytest
 import agentbox
 from agentbox.errors import BadInput
 from agentbox.handler import Approval, Batch, Event, Message, Reply, Timer, handler
+from agentbox.location import is_url
 from support.clock import T0
 from support.fixtures import Proc
 from support.processes import proc_env
+from support.store import users_at
 
 DOC = Path(__file__).parents[2] / "docs" / "python-api.md"
 
 
-def test_open_finds_the_inbox_the_cli_uses(home: Path, agentbox_proc: Proc) -> None:
+def test_open_finds_the_inbox_the_cli_uses(home: Path, place: str,
+                                           agentbox_proc: Proc) -> None:
     with agentbox.open() as inbox:
         assert inbox.ingest("chat", "m-1", '{"text":"hi"}', T0).outcome == "stored"
     status = agentbox_proc("status", "--json", env={"AGENTBOX_NOW": str(T0)})
     assert json.loads(status.stdout)["events"]["pending"] == 1
-    assert Path(json.loads(status.stdout)["db"]) == home / "inboxes" / "alice.sqlite3"
+    db = json.loads(status.stdout)["db"]
+    assert db == place if is_url(place) else Path(db) == home / "inboxes" / "alice.sqlite3"
 
 
-def test_open_takes_a_user_and_a_file(home: Path, tmp_path: Path) -> None:
+def test_open_takes_a_user_and_a_file(home: Path, place: str, tmp_path: Path) -> None:
     with agentbox.open(user="bob") as inbox:
         inbox.ingest("chat", "m-1", "{}", T0)
-    assert (home / "inboxes" / "bob.sqlite3").exists()
+    assert users_at(place) == ["bob"]
     with agentbox.open(db=tmp_path / "own.sqlite3") as inbox:
         assert inbox.status().events["pending"] == 0
     with pytest.raises(BadInput):

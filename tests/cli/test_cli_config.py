@@ -123,6 +123,7 @@ def test_set_with_bad_user_name_writes_nothing(cli: Cli, home: Path, one_error: 
     ("[users.alice]\nmax_payload = -1\n", "[users.alice]"),  # the one ingest reads
     ('database = ""\n', "database"),  # where the inbox is: every command reads it
 ])
+@pytest.mark.backend_free  # the config file's own mistakes; AGENTBOX_DB would mask `database`
 def test_what_ingest_cannot_do_without_stops_it_in_one_line(
         cli: Cli, home: Path, one_error: Any, text: str, needle: str) -> None:
     home.mkdir()

@@ -136,6 +136,7 @@ def test_no_inbox_is_as_healthy_as_an_empty_one(cli: Cli, home: Path) -> None:
 def test_a_config_with_a_typo_or_a_bad_value_fails(cli: Cli, home: Path) -> None:
     """Every other command only warns about an unknown key; doctor is where it fails."""
     assert cli("ingest", "s", "1", now=T0).code == 0
+    home.mkdir(exist_ok=True)  # on PostgreSQL the inbox made no folder
     (home / "config.toml").write_text('max_atempts = 5\n[users.bob]\noutbox_gap = "soon"\n')
     code, checks = doctor(cli)
     assert (code, failed(checks)) == (1, ["config"])

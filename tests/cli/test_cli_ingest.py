@@ -13,6 +13,7 @@ import pytest
 from support.clock import T0
 from support.fixtures import Cli
 from support.sqlite import sqlite_store
+from support.store import users_at
 
 
 def ingest_json(cli: Cli, *args: str, stdin: str | bytes | None = None) -> tuple[int, Any]:
@@ -214,13 +215,13 @@ def test_each_user_has_an_inbox_of_their_own(cli: Cli, home: Path, query: Any) -
     assert query(home / "inboxes" / "bob.sqlite3", "SELECT COUNT(*) FROM events") == [(2,)]
 
 
-def test_empty_agentbox_user_counts_as_unset(cli: Cli, home: Path,
+def test_empty_agentbox_user_counts_as_unset(cli: Cli, place: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTBOX_USER", "")
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.setenv(name, "carol")
     assert cli("ingest", "s", "1", now=T0).code == 0
-    assert sorted(p.name for p in (home / "inboxes").iterdir()) == ["carol.sqlite3"]
+    assert users_at(place) == ["carol"]
     doc = json.loads(cli("status", "--json").out)
     assert doc["user"] == "carol"
 

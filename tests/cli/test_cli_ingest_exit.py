@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support.processes import proc_env
 
 
@@ -28,6 +30,7 @@ def ingest(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=buffered_env(home), timeout=60)
 
 
+@pytest.mark.sqlite_file  # the file closed: no -wal left
 def test_output_code_and_closed_inbox_survive_the_quick_exit(home: Path) -> None:
     stored = ingest(home, "github", "d-1", "--payload", '{"n": 1}')
     assert (stored.returncode, stored.stdout, stored.stderr) == (

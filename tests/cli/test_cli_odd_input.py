@@ -69,6 +69,7 @@ def test_a_time_outside_the_calendar_is_a_usage_error(cli: Cli, when: str) -> No
     assert cli("schedule", "list", "--json", now=T0).out.strip() == "[]"
 
 
+@pytest.mark.sqlite_file  # the data folder of the files
 def test_a_data_folder_that_cannot_be_made_is_one_clear_line(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "a-file"

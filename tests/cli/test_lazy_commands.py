@@ -64,12 +64,14 @@ def ingest_loads() -> list[str]:
 
 
 @pytest.mark.usefixtures("home")
+@pytest.mark.sqlite_file  # an ingest into a file (PostgreSQL: tests/postgres)
 def test_ingest_imports_neither_rich_nor_other_commands_nor_psycopg() -> None:
     assert [m for m in ingest_loads() if m.startswith(("agentbox.cli.", "rich"))
             or m.split(".")[0] in NOT_FOR_INGEST or m in NOT_FOR_INGEST] == [
         "agentbox.cli.app", "agentbox.cli.ingest_cmd", "agentbox.cli.session"]
 
 
+@pytest.mark.sqlite_file  # an ingest into a file
 def test_ingest_loads_no_time_zones_or_cron_even_with_a_zone_configured(home: Path) -> None:
     home.mkdir(parents=True)
     (home / "config.toml").write_text('timezone = "Europe/Berlin"\n')

@@ -94,7 +94,7 @@ def test_the_sender_gets_key_user_and_database(cli: Callable[..., Any], cli_queu
     assert call["key"] == doc["key"]
     assert call["attempt"] == "1"
     assert call["user"] == "alice"
-    assert call["db"] == os.path.abspath(paths.inbox_path("alice"))
+    assert call["db"] == os.environ.get("AGENTBOX_DB", os.path.abspath(paths.inbox_path("alice")))
     assert [r["dispatch_key"] for r in outbox_rows(cli, "--all")] == [doc["key"]]
 
 
@@ -258,6 +258,7 @@ def test_bad_flags_are_usage_errors(cli: Callable[..., Any], cli_queue: Queue) -
     assert [r["state"] for r in outbox_rows(cli)] == ["held"]
 
 
+@pytest.mark.sqlite_file  # another writer holds the file's lock (PostgreSQL: tests/postgres)
 def test_a_busy_database_exits_75(cli: Callable[..., Any], cli_queue: Queue,
                                   inbox_store: Store,
                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,8 +72,8 @@ def test_a_held_message_goes_when_the_gap_ends(
     cli_queue(now(), "b")
     [_, b] = sent(sender, 2, gap + QUICK)
     # The gap counts from the first claim (whole seconds): not before, and soon after.
-    [(claimed_at,)] = inbox_store.engine.conn.execute(
-        "SELECT claimed_at FROM dispatches WHERE key = ?", (a["key"],)).fetchall()
+    [claimed] = [e for e in inbox_store.history("dispatch", a["key"]) if e.action == "claimed"]
+    claimed_at = claimed.at
     assert claimed_at + gap <= b["at"] <= claimed_at + gap + QUICK
     wait_for(lambda: outbox_states(inbox_store) == ["sent", "sent"],
              "the second send to be settled")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.rules.policy import Policy
-from support.sqlite import sqlite_store
+from support.store import cli_inbox
 
 pytestmark = pytest.mark.slow
 OLD = 40 * 86400  # past keep_done (30 days)
@@ -19,7 +19,7 @@ OLD = 40 * 86400  # past keep_done (30 days)
 def finished_long_ago(home: Path, user: str, count: int) -> None:
     """``count`` events that arrived and were done 40 days ago."""
     then = int(time.time()) - OLD
-    with sqlite_store(home / "inboxes" / f"{user}.sqlite3") as store:
+    with cli_inbox(home, user) as store:
         store.ingest_many([("chat", f"old-{n}", "{}") for n in range(count)], then)
         generation = store.acquire("w:1:x", then, 60)
         assert generation is not None
@@ -30,7 +30,7 @@ def finished_long_ago(home: Path, user: str, count: int) -> None:
 
 
 def done(home: Path, user: str) -> int:
-    with sqlite_store(home / "inboxes" / f"{user}.sqlite3") as store:
+    with cli_inbox(home, user) as store:
         return store.status().events["done"]
 
 

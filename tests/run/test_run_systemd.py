@@ -301,6 +301,7 @@ def userns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(systemd_cmd, "USERNS_OFF", {})
 
 
+@pytest.mark.sqlite_file  # the inbox files' folder is what the services may write
 def test_every_service_is_sandboxed_writing_only_the_inbox_and_its_folder(
         cli, home, tmp_path, monkeypatch, userns):
     work = tmp_path / "agent dir"

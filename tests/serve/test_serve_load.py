@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.serving import Served, start_server
+from support.store import cli_inbox
 
 pytestmark = pytest.mark.slow
 
@@ -91,9 +91,8 @@ def test_ten_thousand_deliveries_survive_a_sigkill(home: Path) -> None:
     assert restarted.stop() == 0
     assert not any(t.is_alive() for t in threads), "clients still retrying at the deadline"
 
-    conn = sqlite3.connect(home / "inboxes" / "alice.sqlite3")
-    rows = conn.execute("SELECT source_id, payload FROM events WHERE source = 'load'").fetchall()
-    conn.close()
+    with cli_inbox(home) as store:
+        rows = [(e.source_id, e.payload) for e in store.events(source="load", limit=2 * TOTAL)]
     stored = Counter(source_id for source_id, _ in rows)
     print(f"\n{TOTAL} deliveries, {CLIENTS} clients, {elapsed:.1f} s: "
           f"answered {dict(answered)}, {sum(retries)} retries, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentbox.ledger.store import Store
@@ -182,3 +183,16 @@ def place_snapshot(place: str) -> object:
                                        hashlib.sha256(p.read_bytes()).hexdigest()
                                        if p.is_file() else "dir")
             for p in sorted(root.rglob("*"))} if root.exists() else None
+
+
+def cli_inbox(home: Path, user: str = "alice") -> Store:
+    """A user's inbox where the CLI, run in this test's environment, finds it: the
+    schema AGENTBOX_DB names on PostgreSQL, else the user's file under ``home``."""
+    import os
+
+    from agentbox.location import open_store
+
+    url = os.environ.get("AGENTBOX_DB")
+    if url:
+        return open_store(url, user)
+    return open_store(home / "inboxes" / f"{user}.sqlite3", user, make_folders=True)
