@@ -50,7 +50,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agentbox.durations import FIRST_TIME, LAST_TIME
+from agentbox.clock import LAST_TIME, check_time
 from agentbox.errors import BadInput, UsageError
 
 MAX_EXPRESSION = 200  # characters; a longer cron line is a mistake, not a schedule
@@ -146,9 +146,7 @@ def from_local(wall: datetime, tz: ZoneInfo) -> int:
     if found is None:
         raise BadInput(f"{wall.isoformat()} does not exist in {where}: the clocks skip it "
                        "(daylight saving time); give another time or a UTC offset")
-    if not FIRST_TIME <= found[0] <= LAST_TIME:
-        raise BadInput(f"{wall.isoformat()} in {where} is outside the years 1 to 9999")
-    return found[0]
+    return check_time(found[0], f"{wall.isoformat()} in {where} is")
 
 
 def check_cron(expr: str) -> str:
