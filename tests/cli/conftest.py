@@ -1,10 +1,11 @@
-"""Fixtures for the CLI tests: file-tree snapshots, direct database reads, dead events."""
+"""Fixtures for the CLI tests: file-tree snapshots, direct database reads, dead events,
+and a test run once per backend."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from agentbox.backends.sqlite.store import SqliteStore
 from agentbox.rules.policy import Policy
+from support.postgres import fresh_schema
 
 Snapshot = dict[str, tuple[int, str]]
 
@@ -85,3 +87,16 @@ def _make_dead(db: Path, keys: Sequence[str], now: int, error: str = "handler ex
 def make_dead() -> Callable[..., list[int]]:
     """make_dead(db, keys, now, error=..., source=...) -> ids of the new dead events."""
     return _make_dead
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli_backend(request: pytest.FixtureRequest, home: Path,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test once on alice's file and once in a fresh PostgreSQL schema, named by
+    AGENTBOX_DB for the in-process CLI and every process the test starts."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    with fresh_schema() as url:
+        monkeypatch.setenv("AGENTBOX_DB", url)
+        yield "postgres"

@@ -12,29 +12,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.clock import T0
-from support.postgres import fresh_schema
 
 LAST = 253_402_300_799  # 9999-12-31T23:59:59Z
 QUIET = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # answers nothing
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, home: Path,
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The backend the in-process CLI uses: alice's file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield "sqlite"
-        return
-    with fresh_schema() as url:
-        monkeypatch.setenv("AGENTBOX_DB", url)
-        yield "postgres"
 
 
 def bad_input(result: Any, *words: str) -> None:
@@ -54,7 +40,7 @@ def listed(cli: Any, *argv: str) -> Any:
 @pytest.mark.parametrize("pinned", [" 5", "5 ", "-5", "+5", "5_000", "1e3", "٣",
                                     str(LAST + 1), str(2**63 - 1), str(-(2**40))])
 def test_a_clock_outside_the_range_or_not_plain_digits_is_bad_input(
-        cli: Any, backend: str, monkeypatch: pytest.MonkeyPatch, pinned: str) -> None:
+        cli: Any, cli_backend: str, monkeypatch: pytest.MonkeyPatch, pinned: str) -> None:
     monkeypatch.setenv("AGENTBOX_NOW", pinned)
     for argv in (["ingest", "chat", "m1"], ["schedule", "add", "t", "--every", "1h"],
                  ["run", "--", *QUIET], ["schedule", "tick"]):
@@ -64,7 +50,7 @@ def test_a_clock_outside_the_range_or_not_plain_digits_is_bad_input(
 
 
 def test_far_and_nonsense_clocks_leave_nothing_a_later_command_fails_on(
-        cli: Any, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli: Any, cli_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli("schedule", "add", "far", "--at", "9999-12-31T23:59:59Z").code == 0
     assert cli("schedule", "add", "farev", "--every", "36500d",
                "--start", "9999-12-31T23:59:59Z").code == 0
@@ -91,7 +77,7 @@ def test_far_and_nonsense_clocks_leave_nothing_a_later_command_fails_on(
     assert cli("status").code == 0 and cli("schedule", "list").code == 0
 
 
-def test_a_time_flag_past_9999_is_bad_input(cli: Any, backend: str) -> None:
+def test_a_time_flag_past_9999_is_bad_input(cli: Any, cli_backend: str) -> None:
     for flags in (["--at", "+1s"], ["--every", "1d", "--start", "+1s"],
                   ["--at", "99999999999999999999"], ["--at", "0001-01-01T00:00+01:00"],
                   ["--at", "-5"]):
@@ -104,7 +90,7 @@ def test_a_time_flag_past_9999_is_bad_input(cli: Any, backend: str) -> None:
 
 
 def test_a_follow_up_past_9999_fails_the_run_and_stores_no_timer(
-        cli: Any, backend: str) -> None:
+        cli: Any, cli_backend: str) -> None:
     now = LAST - 1000
     assert cli("ingest", "chat", "m1", now=now).code == 0
     answer = json.dumps({"timers": [{"name": "later", "in": "36500d"}]})
