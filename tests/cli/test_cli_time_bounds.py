@@ -145,3 +145,20 @@ def test_times_an_older_version_stored_out_of_range_neither_crash_nor_spread(
             assert timer["done"] or 0 <= timer["due"] <= LAST, timer
         else:
             assert (timer["due"], timer["done"]) == (stored[timer["name"]], False)
+
+
+def test_a_lease_an_older_version_stored_out_of_range_is_shown_as_its_number(
+        cli: Any, home: Path) -> None:
+    assert cli("run", "--", *QUIET, now=T0).code == 0  # takes and releases the lease
+    conn = sqlite3.connect(home / "inboxes" / "alice.sqlite3")
+    with conn:
+        conn.execute("UPDATE lease SET until = ?, released = 0", (BIG,))
+    conn.close()
+    shown = cli("status", now=T0)
+    assert shown.code == 0, shown.err
+    assert str(BIG) in shown.out
+    assert listed(cli, "status")["lease"]["until"] == BIG
+    busy = cli("run", "--", *QUIET, now=T0)  # it is held, as far as anyone can tell
+    assert busy.code == 75 and f"until {BIG})" in busy.err
+    doctor = cli("doctor", now=T0)
+    assert doctor.code == 0 and "held by" in doctor.out, doctor.out
