@@ -112,3 +112,14 @@ def test_a_dispatch_deadline_past_9999_is_refused() -> None:
     assert outbox.resend_after(LAST - 60, 2) == LAST
     with pytest.raises(BadInput, match="resend"):
         outbox.resend_after(LAST - 59, 2)
+
+
+def test_a_dispatch_near_the_end_of_9999_reports_a_send_without_a_resend_time() -> None:
+    from agentbox.dispatcher import Sent
+
+    claimed = outbox.Dispatch("k", "at-least-once", "hi", (1,), False, tries=7,
+                              deadline=LAST - 10, max_tries=9)
+    assert Sent("sent", None, True, LAST - 100).fate(claimed) == ("sent", None)
+    assert Sent("unknown", None, True, LAST - 100).fate(claimed) == ("unknown", LAST - 10)
+    with pytest.raises(BadInput, match="resend"):  # a retry would have to be after 9999
+        Sent("failed", "down", True, LAST - 100).fate(claimed)
