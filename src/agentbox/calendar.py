@@ -43,14 +43,18 @@ its first pass (``fold=0``), as for cron.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
+from calendar import isleap
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agentbox.durations import FIRST_TIME, LAST_TIME
+from agentbox.clock import LAST_TIME, check_time
 from agentbox.errors import BadInput, UsageError
 
 MAX_EXPRESSION = 200  # characters; a longer cron line is a mistake, not a schedule
@@ -146,9 +150,7 @@ def from_local(wall: datetime, tz: ZoneInfo) -> int:
     if found is None:
         raise BadInput(f"{wall.isoformat()} does not exist in {where}: the clocks skip it "
                        "(daylight saving time); give another time or a UTC offset")
-    if not FIRST_TIME <= found[0] <= LAST_TIME:
-        raise BadInput(f"{wall.isoformat()} in {where} is outside the years 1 to 9999")
-    return found[0]
+    return check_time(found[0], f"{wall.isoformat()} in {where} is")
 
 
 def check_cron(expr: str) -> str:
@@ -164,6 +166,13 @@ def check_cron(expr: str) -> str:
     except CronSimError as exc:  # "Bad minute", "Bad day-of-month", ...
         raise BadInput(f"cron expression {expr!r}: {str(exc).lower()} field ({_EXAMPLE})") from None
     return spelled
+
+
+def _names_wall_clock(expr: str) -> bool:
+    """Whether ``expr`` names wall-clock times (minute and hour both fixed) rather than
+    following elapsed time: which half of the DST rule it follows."""
+    minute, hour = expr.split()[:2]
+    return not (minute.startswith("*") or hour.startswith("*"))
 
 
 def _wall_clock(walls: Iterator[datetime], tz: ZoneInfo) -> Iterator[int]:
@@ -208,8 +217,7 @@ def occurrences(expr: str, tz: ZoneInfo, t: int) -> Iterator[int]:
     """
     from cronsim import CronSim
 
-    minute, hour = expr.split()[:2]
-    walk = _elapsed if minute.startswith("*") or hour.startswith("*") else _wall_clock
+    walk = _wall_clock if _names_wall_clock(expr) else _elapsed
     try:
         reading = datetime.fromtimestamp(t, tz).replace(tzinfo=None)
         passes = _instants(reading, tz)
@@ -229,6 +237,154 @@ def next_after(expr: str, tz: str, t: int) -> int | None:
     return next(occurrences(expr, zone(tz), t), None)
 
 
+# -- counting occurrences without walking them -------------------------------------
+#
+# A timer far behind (a device whose clock started at 1970) owes millions of
+# occurrences of ``* * * * *``; walking them one by one held the write lock for
+# minutes. Cron.span counts them instead. Between two changes of the zone's UTC
+# offset every instant has one wall-clock reading, so the occurrences there are
+# the matching readings, counted by calendar arithmetic (_Readings); at each
+# change the DST rule is applied to the readings it skips or repeats. The
+# latest occurrence is found with cronsim's reverse iteration.
+
+_DAY = 86_400
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+# One past the last reading a calendar holds (9999-12-31T23:59), in local seconds:
+# seconds since 1970-01-01T00:00 on the wall clock, as a naive datetime reads.
+_END_OF_READINGS = (date.max.toordinal() - _EPOCH_DAY) * _DAY + _DAY - 59
+
+
+def _naive(local: int) -> datetime:
+    return _EPOCH + timedelta(seconds=local)
+
+
+class _Readings:
+    """How many wall-clock readings (minutes, second 0) a checked expression matches.
+
+    Counted, not walked: the matching minutes of a day times the matching days,
+    which are summed per kind of year (leap or not, and the weekday of 1 January:
+    fourteen kinds) and per 400-year cycle, after which the calendar repeats
+    itself, weekdays included. Which days and minutes match is cronsim's word: the
+    field sets it read and its own day test (``L``, ``LW``, ``5L``, ``#``, and
+    Debian's either-day rule), so no second reading of the expression exists.
+    """
+
+    def __init__(self, expr: str) -> None:
+        from cronsim import CronSim
+
+        sim = CronSim(expr, datetime(2000, 1, 1))
+        self._sim = sim
+        self.minutes = sorted(h * 60 + m for h in sim.hours for m in sim.minutes)
+        self._kinds: dict[tuple[bool, int], list[int]] = {}
+        self._cycle = [0]  # matching days before each year of a cycle; [400]: in all
+        for year in range(1, 401):
+            self._cycle.append(self._cycle[-1] + self._year(year)[-1])
+
+    def matches(self, day: date) -> bool:
+        return day.month in self._sim.months and self._sim.match_day(day)
+
+    def _year(self, year: int) -> list[int]:
+        """Matching days of ``year`` before each of its days, then in all."""
+        start = date(year, 1, 1)
+        kind = (isleap(year), start.weekday())
+        if kind not in self._kinds:
+            counts = [0]
+            for n in range(366 if kind[0] else 365):
+                counts.append(counts[-1] + self.matches(date.fromordinal(start.toordinal() + n)))
+            self._kinds[kind] = counts
+        return self._kinds[kind]
+
+    def _days_before(self, ordinal: int) -> int:
+        """Matching days from 0001-01-01 up to, not including, the day ``ordinal``."""
+        day = date.fromordinal(ordinal)
+        cycles, year = divmod(day.year - 1, 400)
+        into = ordinal - date(day.year, 1, 1).toordinal()
+        return cycles * self._cycle[400] + self._cycle[year] + self._year(day.year)[into]
+
+    def before(self, local: int) -> int:
+        """Matching readings earlier than the local second ``local``."""
+        days, second = divmod(min(local, _END_OF_READINGS), _DAY)
+        ordinal = _EPOCH_DAY + days
+        count = self._days_before(ordinal) * len(self.minutes)
+        if self.matches(date.fromordinal(ordinal)):
+            count += bisect_left(self.minutes, -(-second // 60))
+        return count
+
+    def between(self, lo: int, hi: int) -> int:
+        """Matching readings at local seconds in [lo, hi)."""
+        return self.before(hi) - self.before(lo) if hi > lo else 0
+
+
+@lru_cache(maxsize=64)
+def _readings(expr: str) -> _Readings:
+    return _Readings(expr)
+
+
+def _offset(tz: ZoneInfo, t: int) -> int:
+    """The zone's UTC offset at the instant ``t``, in seconds."""
+    return _seconds(datetime.fromtimestamp(t, tz).utcoffset())
+
+
+def _reachable(tz: ZoneInfo) -> int:
+    """The last instant whose reading in ``tz`` a calendar still holds (the year 9999)."""
+    return LAST_TIME - max(0, _offset(tz, LAST_TIME - 2 * _DAY))
+
+
+class _Stretch(NamedTuple):
+    """Instants [start, end) under one UTC ``offset``, entered from ``before`` (the
+    offset until ``start``; the same when no change begins it)."""
+
+    start: int
+    end: int
+    offset: int
+    before: int
+
+
+def _stretches(tz: ZoneInfo, start: int, last: int) -> list[_Stretch]:
+    """The instants from ``start`` to ``last`` cut where the zone's offset changes,
+    oldest first.
+
+    The offset is sampled a day apart and each change narrowed to its second, so
+    two changes less than a day apart would be taken for none; tzdata's closest
+    are four days apart.
+    """
+    found: list[_Stretch] = []
+    at, offset = start, _offset(tz, start)
+    begun, before = start, offset
+    while at < last:
+        probe = min(at + _DAY, last)
+        if _offset(tz, probe) == offset:
+            at = probe
+            continue
+        lo, hi = at, probe  # the offset at lo is the old one, at hi another
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if _offset(tz, mid) == offset else (lo, mid)
+        found.append(_Stretch(begun, hi, offset, before))
+        begun, before, at, offset = hi, offset, hi, _offset(tz, hi)
+    found.append(_Stretch(begun, last + 1, offset, before))
+    return found
+
+
+def _gap_fire(stretch: _Stretch, readings: _Readings) -> int | None:
+    """Where a wall-clock expression fires the times a gap skipped: the first whole
+    minute after the gap that opens ``stretch``, unless it fires there anyway (or the
+    gap skipped no matching time, or opens no stretch)."""
+    skipped = stretch.start + stretch.before, stretch.start + stretch.offset
+    if skipped[0] >= skipped[1] or not readings.between(*skipped):
+        return None
+    fires = -(-skipped[1] // 60) * 60
+    return None if readings.between(fires, fires + 1) else fires - stretch.offset
+
+
+def _first_passes(stretch: _Stretch, wall_clock: bool) -> int:
+    """Local seconds from which the readings of ``stretch`` are occurrences: under a
+    wall-clock expression the readings a fold repeats already fired at their first
+    pass, before the change that opens it."""
+    start = stretch.start + stretch.offset
+    return max(start, stretch.start + stretch.before) if wall_clock else start
+
+
 @dataclass(frozen=True)
 class Cron:
     """A cron timer's schedule (:class:`agentbox.rules.timers.Schedule`)."""
@@ -240,9 +396,41 @@ class Cron:
         return next_after(self.expr, self.tz, at)
 
     def span(self, first: int, now: int) -> tuple[int, int, int | None]:
-        latest, missed = first, 0
-        for at in occurrences(self.expr, zone(self.tz), first):
-            if at > now:
-                return latest, missed, at
-            latest, missed = at, missed + 1
-        return latest, missed, None
+        """The latest occurrence after ``first`` up to ``now`` (else ``first``), how many
+        there are, and the next one: what walking :func:`occurrences` would give, in
+        time that grows with the days in between (one look at the zone's offset a
+        day: twenty years take milliseconds), not with the occurrences.
+
+        Occurrences at ``first`` or before are not counted, even when a fold
+        that began before ``first`` repeats their readings after it, so the
+        stretches start two days early: no fold is longer.
+        """
+        tz = zone(self.tz)
+        last = min(now, _reachable(tz))
+        if last <= first:
+            return first, 0, self.after(first)
+        readings = _readings(self.expr)
+        wall_clock = _names_wall_clock(self.expr)
+        missed, latest = 0, first
+        for stretch in _stretches(tz, first - 2 * _DAY, last):
+            lo, hi = max(stretch.start, first + 1), stretch.end
+            if lo >= hi:
+                continue
+            fire = _gap_fire(stretch, readings) if wall_clock else None
+            if fire is not None and lo <= fire < hi:
+                missed, latest = missed + 1, fire
+            shown = max(lo + stretch.offset, _first_passes(stretch, wall_clock))
+            count = readings.between(shown, hi + stretch.offset)
+            if count:
+                missed += count
+                latest = self._latest_reading(hi + stretch.offset) - stretch.offset
+        return latest, missed, self.after(latest)
+
+    def _latest_reading(self, below: int) -> int:
+        """The latest matching reading before the local second ``below``, where one is
+        known to be in the stretch: a cron expression's matches are never 50 years
+        apart (cronsim's horizon), so reverse iteration always finds it."""
+        from cronsim import CronSim
+
+        found = next(CronSim(self.expr, _naive(min(below, _END_OF_READINGS)), reverse=True))
+        return (found - _EPOCH) // _SECOND

@@ -59,9 +59,9 @@ class Sent(NamedTuple):
 
         action = on_settle("sending", dispatch.mode, dispatch.tries, dispatch.tries,
                            self.outcome, dispatch.max_tries)
-        again = {"unknown": dispatch.deadline,
-                 "retry": resend_after(self.at, dispatch.tries)}.get(action)
-        return action, again
+        if action == "retry":  # only then: a resend time may not be computable (past 9999)
+            return action, resend_after(self.at, dispatch.tries)
+        return action, dispatch.deadline if action == "unknown" else None
 
 
 @dataclass(frozen=True)

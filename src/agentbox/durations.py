@@ -14,9 +14,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+)([smhdw])", re.ASCII)
 _WHOLE = re.compile(r"(?:\d+[smhdw])+", re.ASCII)
 _INTEGER = re.compile(r"-?\d+", re.ASCII)
-MAX_SECONDS = 100 * 365 * 86400  # a century: beyond it is a typo, not a plan
-FIRST_TIME = -62_135_596_800  # 0001-01-01T00:00:00Z
-LAST_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z
+# A century: beyond it is a typo, not a plan. It also keeps every sum of a time
+# (at most the end of 9999) and a duration far inside a 64-bit integer, so such
+# a sum is only ever refused for passing the year 9999 (clock.check_time).
+MAX_SECONDS = 100 * 365 * 86400
 
 
 def parse_duration(text: str | int) -> int:
@@ -33,10 +34,15 @@ def parse_duration(text: str | int) -> int:
             seconds = sum(int(n) * _UNITS[u] for n, u in _PART.findall(spelled))
         else:
             raise BadInput(f"not a duration: {text!r} (use e.g. 90s, 15m, 4h, 1d)")
+    return check_seconds(seconds, text)
+
+
+def check_seconds(seconds: int, spelled: object) -> int:
+    """``seconds`` of a duration spelled ``spelled``: positive and at most a century."""
     if seconds <= 0:
-        raise BadInput(f"a duration must be positive, not {text!r}")
+        raise BadInput(f"a duration must be positive, not {spelled!r}")
     if seconds > MAX_SECONDS:
-        raise BadInput(f"duration {text!r} is longer than a century")
+        raise BadInput(f"duration {spelled!r} is longer than a century")
     return seconds
 
 
@@ -45,9 +51,9 @@ def parse_time(text: str, now: int) -> int | datetime:
 
     An ISO 8601 time without a zone is a wall-clock time: it comes back as a
     naive datetime for the caller to place in a zone (``calendar.from_local``,
-    which refuses a time the zone skips); every other form as Unix seconds.
-    Only the years 1 to 9999 are times: beyond them a date cannot be shown,
-    and a number cannot be stored as an SQLite integer.
+    which refuses a time the zone skips); every other form as Unix seconds,
+    which the caller checks against the years 1970 to 9999 (``clock.check_time``):
+    a time that is spelled right but out of range is bad input, not a typo.
     """
     spelled = text.strip()
     if spelled == "now":
@@ -67,8 +73,6 @@ def parse_time(text: str, now: int) -> int | datetime:
     except ValueError:
         raise BadInput(f"not a time: {text!r} (use Unix seconds, ISO 8601, "
                        "'now' or '+DURATION')") from None
-    if not FIRST_TIME <= moment <= LAST_TIME:
-        raise BadInput(f"time {text!r} is outside the years 1 to 9999")
     return moment
 
 

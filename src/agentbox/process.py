@@ -4,11 +4,11 @@ The command is started from an argv list, never through a shell, as the
 leader of a session and process group of its own, so that stopping it stops
 everything it started. Its stdout is collected whole (up to a bound); its
 stderr is relayed to agentbox's stderr line by line as it is written (each
-line prefixed ``handler: `` or ``sender: ``), and its last lines are kept for
-error messages. While it runs, an optional heartbeat is called every few
-seconds (the run renews its lease there); a heartbeat that returns False, or
-the timeout, stops the whole group: SIGTERM, then SIGKILL once the grace
-period is over or the group is empty.
+line prefixed ``handler: `` or ``sender: ``, its control characters escaped),
+and its last lines are kept for error messages. While it runs, an optional
+heartbeat is called every few seconds (the run renews its lease there); a
+heartbeat that returns False, or the timeout, stops the whole group: SIGTERM,
+then SIGKILL once the grace period is over or the group is empty.
 
 No orphans, however agentbox ends. Each agentbox process starts one small
 watchdog (``python -S -I``, nothing imported beyond two built-in modules)
@@ -186,9 +186,10 @@ _RELAY_LOCK = threading.Lock()
 
 
 def _escaped(line: bytes) -> bytes:
-    """A line for a terminal, shown as agentbox shows anyone else's words (see
+    """A line shown as agentbox shows anyone else's words (see
     :func:`agentbox.spelling.printable`): no control character, C1 included, and no
-    stray byte of a broken UTF-8 sequence reaches it raw."""
+    stray byte of a broken UTF-8 sequence goes out raw; printable UTF-8 is kept
+    byte for byte."""
     from agentbox.spelling import printable
 
     return printable(line.decode("utf-8", "backslashreplace")).encode("utf-8")
@@ -197,16 +198,17 @@ def _escaped(line: bytes) -> bytes:
 class _StderrLines:
     """A child's stderr: each line relayed to ours as it comes, the last ones kept.
 
-    Lines go out as raw bytes behind the label; only when our stderr is a
-    terminal are control characters escaped. The kept tail holds whole lines,
-    oldest dropped first, within ``keep`` bytes.
+    Lines go out behind the label with control characters escaped, wherever our
+    stderr goes: a terminal would act on an ESC, and journald or a log file would
+    keep it for the terminal that later shows them (``tail -f``, ``less -R``).
+    The kept tail holds the lines unescaped (the history records them so),
+    whole, oldest dropped first, within ``keep`` bytes.
     """
 
     def __init__(self, label: str, keep: int, relay: IO[Any] | None) -> None:
         self._label = label.encode() + b": "
         self._keep = keep
         self._relay = relay
-        self._tty = bool(relay is not None and _isatty(relay))
         self._partial = b""
         self._lines: deque[bytes] = deque()
         self._size = 0
@@ -234,7 +236,7 @@ class _StderrLines:
     def _emit(self, line: bytes) -> None:
         if self._relay is None:
             return
-        out = self._label + (_escaped(line) if self._tty else line) + b"\n"
+        out = self._label + _escaped(line) + b"\n"
         with _RELAY_LOCK, contextlib.suppress(OSError, ValueError):
             self._relay.flush()  # what agentbox itself wrote comes first
             buffer = getattr(self._relay, "buffer", None)
@@ -256,13 +258,6 @@ class _StderrLines:
             return data.decode("utf-8", "replace")
         end = data[-self._keep:].lstrip(bytes(range(0x80, 0xC0)))  # from a whole character
         return CUT + end.decode("utf-8", "replace")
-
-
-def _isatty(stream: IO[Any]) -> bool:
-    try:
-        return stream.isatty()
-    except (OSError, ValueError):
-        return False
 
 
 def _drain_stderr(stream: IO[bytes], lines: _StderrLines) -> None:

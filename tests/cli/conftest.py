@@ -1,4 +1,5 @@
-"""Fixtures for the CLI tests: file-tree snapshots, direct database reads, dead events."""
+"""Fixtures for the CLI tests: file-tree snapshots, direct database reads, dead events,
+and a test run once per backend."""
 
 from __future__ import annotations
 

@@ -61,14 +61,6 @@ def test_a_number_past_64_bits_is_bad_input(cli: Cli, argv: list[str]) -> None:
     one_line(result.err)
 
 
-@pytest.mark.parametrize("when", ["0001-01-01T00:00+01:00", "99999999999999999999"])
-def test_a_time_outside_the_calendar_is_a_usage_error(cli: Cli, when: str) -> None:
-    result = cli("schedule", "add", "x", "--at", when, now=T0)
-    assert result.code == 2
-    one_line(result.err)
-    assert cli("schedule", "list", "--json", now=T0).out.strip() == "[]"
-
-
 @pytest.mark.sqlite_file  # the data folder of the files
 def test_a_data_folder_that_cannot_be_made_is_one_clear_line(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,9 @@
 """The handler's stderr reaches agentbox's stderr line by line while it runs.
 
-Each line goes out as written, behind ``handler: ``: raw bytes when our
-stderr is a file or a pipe (journald), control characters escaped when it is
-a terminal. A handler flooding stdout and stderr at once cannot wedge the run.
+Each line goes out behind ``handler: `` with its control characters and the
+bytes of broken UTF-8 escaped, as agentbox shows anyone else's words, whether
+our stderr is a terminal, a pipe (journald) or a file; printable UTF-8 passes
+byte for byte. A handler flooding stdout and stderr at once cannot wedge the run.
 """
 
 from __future__ import annotations
@@ -52,20 +53,26 @@ def _run_bytes(handler: str, **popen: object) -> subprocess.Popen[bytes]:
 NOISY = ("import sys\n"
          "sys.stdin.read()\n"
          r"sys.stderr.buffer.write(b'caf\xc3\xa9 \xff\xfe raw\n\x1b[31mred\x1b[0m\tend\r\n')" "\n"
-         r"sys.stderr.buffer.write(b'c1 \xc2\x9b2J bidi \xe2\x80\xae\n')" "\n"
+         r"sys.stderr.buffer.write(b'c1 \xc2\x9b2J bidi \xe2\x80\xae bell\x07 back\rover\n')"
+         "\n"
+         r"sys.stderr.buffer.write(b'half \xe2\x82 nul \x00 del \x7f\n')" "\n"
          "sys.stderr.buffer.write(b'no newline at the end')\n"
          "print('{}')\n")
+# As agentbox shows any other people's words: C0, DEL, C1 and bidi controls, and the
+# bytes of broken UTF-8, spelled out; a line's own \r\n ending is an ending.
+ESCAPED = [b"handler: caf\xc3\xa9 \\xff\\xfe raw",
+           b"handler: \\x1b[31mred\\x1b[0m\\tend",
+           b"handler: c1 \\x9b2J bidi \\u202e bell\\x07 back\\rover",
+           b"handler: half \\xe2\\x82 nul \\x00 del \\x7f",
+           b"handler: no newline at the end"]
 
 
-def test_raw_bytes_pass_through_when_stderr_is_not_a_terminal(cli, home):
+def test_control_characters_are_escaped_in_a_pipe_too(cli, home):
     assert cli("ingest", "chat", "m1", now=T0).code == 0
     proc = _run_bytes(NOISY, stderr=subprocess.PIPE)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert err.split(b"\n") == [b"handler: caf\xc3\xa9 \xff\xfe raw",
-                                b"handler: \x1b[31mred\x1b[0m\tend",
-                                b"handler: c1 \xc2\x9b2J bidi \xe2\x80\xae",
-                                b"handler: no newline at the end", b""]
+    assert err.split(b"\n") == [*ESCAPED, b""]
 
 
 def test_control_characters_are_escaped_on_a_terminal(cli, home):
@@ -90,12 +97,22 @@ def test_control_characters_are_escaped_on_a_terminal(cli, home):
         if follower >= 0:
             os.close(follower)
     lines = seen.replace(b"\r\n", b"\n").split(b"\n")  # the terminal adds its own \r
-    # as agentbox shows any other people's words: C1 and bidi controls too, and the
-    # bytes of broken UTF-8, spelled out
-    assert lines[:4] == [b"handler: caf\xc3\xa9 \\xff\\xfe raw",
-                         b"handler: \\x1b[31mred\\x1b[0m\\tend",
-                         b"handler: c1 \\x9b2J bidi \\u202e",
-                         b"handler: no newline at the end"]
+    assert lines[:len(ESCAPED)] == ESCAPED
+
+
+def test_the_recorded_tail_keeps_the_exact_text(cli, open_inbox):
+    assert cli("ingest", "chat", "m1", now=T0).code == 0
+    failing = ("import sys\n"
+               "sys.stdin.read()\n"
+               r"sys.stderr.buffer.write(b'\x1b[31mred\x1b[0m gone\n')" "\n"
+               "sys.exit(1)\n")
+    result = cli("run", "--json", "--", sys.executable, "-c", failing, now=T0)
+    assert result.code == 1
+    relayed, said = result.err.splitlines()
+    assert relayed == "handler: \\x1b[31mred\\x1b[0m gone"
+    assert said == "agentbox: error: handler exited 1: \\x1b[31mred\\x1b[0m gone"
+    [event] = open_inbox().events()
+    assert event.error == "handler exited 1: \x1b[31mred\x1b[0m gone"
 
 
 def test_flooding_stdout_and_stderr_at_once_cannot_wedge_the_run(cli, open_inbox):

@@ -20,7 +20,7 @@ from agentbox.calendar import (
     occurrences,
     zone,
 )
-from agentbox.durations import LAST_TIME
+from agentbox.clock import LAST_TIME
 from agentbox.errors import BadInput, UsageError
 from agentbox.rules.policy import Policy
 from agentbox.rules.timers import Owed, Timer, owed

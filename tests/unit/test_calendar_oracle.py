@@ -13,10 +13,9 @@ a window, matches the sets itself and applies the documented DST rule:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -24,15 +23,10 @@ from hypothesis import strategies as st
 from agentbox.calendar import check_cron, occurrences
 from agentbox.rules.policy import Policy
 from agentbox.rules.timers import Timer, owed
+from support.zones import ALL_ZONES, ODD_ZONES, changes
 
 MINUTE = timedelta(minutes=1)
 DAY = 86_400
-# Zones with odd changes: 30- and 45-minute offsets and shifts, changes at midnight,
-# a two-hour shift (Troll), a whole skipped day (Apia, 2011-12-30), negative DST (Dublin).
-ODD_ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham",
-             "America/Havana", "Asia/Gaza", "Antarctica/Troll", "Pacific/Apia", "Europe/Dublin",
-             "America/Santiago", "Asia/Tehran", "Africa/Casablanca", "America/St_Johns", "UTC"]
-ALL_ZONES = sorted(available_timezones())
 LONGEST = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # days, by month
 NAMES = {"month": ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV",
                    "DEC"], "dow": ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]}
@@ -111,26 +105,6 @@ def listed(values: set[int]) -> Field:
 
 def every(lo: int, hi: int) -> Field:
     return Field("*", frozenset(range(lo, hi + 1)))
-
-
-@functools.cache
-def changes(name: str, year: int) -> tuple[int, ...]:
-    """The instants in ``year`` at which ``name``'s UTC offset changes."""
-    tz = ZoneInfo(name)
-
-    def offset(t: int) -> timedelta | None:
-        return datetime.fromtimestamp(t, tz).utcoffset()
-
-    start = int(datetime(year, 1, 1, tzinfo=UTC).timestamp())
-    found = []
-    for t in range(start, start + 366 * DAY, 3600):
-        if offset(t) != offset(t + 3600):
-            lo, hi = t, t + 3600  # offset(lo) differs from offset(hi): narrow to the second
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if offset(mid) == offset(lo) else (lo, mid)
-            found.append(hi)
-    return tuple(found)
 
 
 # Seconds from a change: right at it, within its hours, or a day away.

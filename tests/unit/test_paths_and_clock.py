@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentbox import clock, paths
-from agentbox.errors import BadInput, UsageError
+from agentbox.errors import BadInput
 
 
 @pytest.fixture
@@ -92,5 +92,5 @@ def test_clock_pinned_and_real(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENTBOX_NOW", "1000000")
     assert clock.pinned() and clock.now() == 1_000_000
     clean_env.setenv("AGENTBOX_NOW", "soon")
-    with pytest.raises(UsageError, match="AGENTBOX_NOW"):
+    with pytest.raises(BadInput, match="AGENTBOX_NOW"):
         clock.now()

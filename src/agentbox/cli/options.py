@@ -39,13 +39,16 @@ def time_flag(name: str, value: str, now: int, zone: Callable[[], ZoneInfo]) -> 
     """A time flag as Unix seconds; a bad spelling is a usage error naming the flag.
 
     A time written without a zone is read in ``zone()``; one the clocks skip
-    there is bad input (65), like any other time that cannot be.
+    there is bad input (65), like any other time that cannot be, and so is a
+    time outside the years 1970 to 9999.
     """
     from agentbox.durations import parse_time
 
     when = _as_usage(name, lambda: parse_time(value, now))
     if isinstance(when, int):
-        return when
+        from agentbox.clock import check_time
+
+        return check_time(when, f"{name} is")
     from agentbox.calendar import from_local
     from agentbox.errors import BadInput
 

@@ -157,7 +157,7 @@ def schedule_add(
 def schedule_list(
     ctx: typer.Context,
     show_all: Annotated[bool, typer.Option(
-        "--all", help="Include one-off timers that already fired.")] = False,
+        "--all", help="Include spent timers: one-offs that fired, schedules past 9999.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Timers by due time: UTC, and the local time of the timer's zone (cron) or of yours."""

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentbox.durations import FIRST_TIME, LAST_TIME, parse_duration
+from agentbox.clock import within
+from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 
 
@@ -61,7 +62,7 @@ def when(value: Any, start: int) -> int:
     if isinstance(value, str) and value.startswith("+"):
         offset = value[1:].strip()
         return start if offset in ("0", "0s") else start + duration(offset, start)
-    raise StepError(f"must be Unix seconds (within the years 1 to 9999), a date-time with "
+    raise StepError(f"must be Unix seconds (within the years 1970 to 9999), a date-time with "
                     f"an offset, or '+DURATION' from the start, not {value!r}")
 
 
@@ -116,8 +117,8 @@ def is_int(value: Any) -> bool:
 
 
 def is_time(value: Any) -> bool:
-    """Unix seconds SQLite can store and a date can show (the years 1 to 9999)."""
-    return is_int(value) and FIRST_TIME <= value <= LAST_TIME
+    """Unix seconds within the years 1970 to 9999 (see :func:`agentbox.clock.within`)."""
+    return is_int(value) and within(value)
 
 
 def is_number(value: Any) -> bool:

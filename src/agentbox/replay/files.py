@@ -97,7 +97,7 @@ def parse(text: str, origin: str, name: str) -> Scenario:
     start = moment(doc.get("start", DEFAULT_START))
     if start is None:
         raise BadInput(f"{origin}: 'start' must be Unix seconds (a whole number) within the "
-                       "years 1 to 9999, or a date-time with an offset")
+                       "years 1970 to 9999, or a date-time with an offset")
     settings = doc.get("settings", {})
     policy = _policy(settings, origin)
     raw_steps = doc.get("step")

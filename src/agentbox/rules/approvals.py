@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from agentbox.clock import check_time
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical
 from agentbox.rules.keys import check_key
@@ -61,7 +62,10 @@ def event_body(request_id: str, outcome: str, action: str) -> str:
 
 
 def expiry_timer(request_id: str, now: int, expires_in: int, action: str) -> TimerSpec:
-    return TimerSpec(name=expiry_timer_name(request_id), due=now + expires_in, every=None,
+    """The one-off timer that expires a request; its deadline must be within 9999,
+    and the request is refused (nothing stored) when it is not."""
+    due = check_time(now + expires_in, f"approval {request_id!r} would expire at")
+    return TimerSpec(name=expiry_timer_name(request_id), due=due, every=None,
                      payload=event_body(request_id, "expired", action), event_source=SOURCE,
                      event_id=request_id)
 

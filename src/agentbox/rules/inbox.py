@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from agentbox.clock import check_time
 from agentbox.rules.lease import taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Entry, Lease
@@ -38,10 +39,16 @@ def batch(oldest_retry: int | None, oldest_fresh: Sequence[int], policy: Policy)
     return list(oldest_fresh[:policy.max_batch])
 
 
+def retry_at(attempts: int, now: int, policy: Policy) -> int:
+    """When an event that failed its ``attempts``-th try may be claimed again: after
+    the backoff, which may not reach past the year 9999."""
+    return check_time(now + policy.backoff(attempts), "a retry would be at")
+
+
 def abandoned(generation: int | None, attempts: int, now: int,
               policy: Policy) -> tuple[int, str]:
     """An event still running under an older generation: (available_at, error)."""
-    return (now + policy.backoff(attempts),
+    return (retry_at(attempts, now, policy),
             f"worker of generation {generation} lost its lease during attempt {attempts}")
 
 
@@ -60,7 +67,7 @@ def exhausted_reason(policy: Policy) -> str:
 
 def after_failure(attempts: int, now: int, policy: Policy) -> AfterFailure:
     """A handler error: retry after the backoff, or dead at once on the last attempt."""
-    available_at = now + policy.backoff(attempts)
+    available_at = retry_at(attempts, now, policy)
     if out_of_attempts(attempts, policy):
         return AfterFailure("dead", available_at, f"failed on its last attempt ({attempts} of "
                                                   f"{policy.max_attempts})")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+from agentbox.clock import check_time
 from agentbox.errors import BadInput
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import DELIVERY_MODES, SendOutcome
@@ -126,7 +127,8 @@ def merged(bodies: Sequence[str]) -> str:
 
 
 def claim_deadline(now: int, timeout: int) -> int:
-    return now + timeout + CLAIM_GRACE
+    """When a claim with no word from its sender counts as abandoned."""
+    return check_time(now + timeout + CLAIM_GRACE, "a dispatch's claim deadline would be")
 
 
 def dispatch_key(instance: str, seq: int) -> str:
@@ -212,4 +214,4 @@ def resend_after(now: int, tries: int) -> int:
     """When a key whose try ``tries`` certainly failed (having maybe delivered
     before) is tried again: 60 s after the second try, doubling, at most 1 h."""
     wait: int = RESEND_BACKOFF * 2 ** min(max(tries - 2, 0), 16)
-    return now + min(wait, RESEND_BACKOFF_CAP)
+    return check_time(now + min(wait, RESEND_BACKOFF_CAP), "a dispatch's resend would be at")

@@ -8,6 +8,11 @@ for both. Missed occurrences coalesce into one event carrying
 they become one event apiece, up to a bound after which the rest coalesce.
 The event key is ``name@scheduled-time``, so a replayed pass stores nothing
 twice.
+
+Every due time is within the years 1970 to 9999 (:func:`agentbox.clock.check_time`):
+a timer asked for outside them is refused, and a recurring timer whose next
+occurrence would pass the end of 9999 is spent once its last one fires, as a
+one-off is.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from agentbox.clock import FIRST_TIME, check_time, within
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.jsonutil import canonical
 from agentbox.rules.policy import Policy
@@ -78,8 +84,15 @@ def check_spec(spec: TimerSpec) -> None:
         raise BadInput(f"timer names beginning {EXPIRY_PREFIX!r} are kept for approvals' "
                        "expiries")
     check_catch_up(spec.catch_up)
-    if spec.every is not None and spec.every <= 0:
-        raise BadInput("a timer's interval must be a positive number of seconds")
+    check_time(spec.due, f"timer {spec.name!r} would be due at")
+    if spec.every is not None:
+        from agentbox.durations import check_seconds
+
+        try:
+            check_seconds(spec.every, spec.every)
+        except BadInput:
+            raise BadInput("a timer's interval must be a positive number of seconds, at "
+                           "most a century") from None
     if (spec.cron is None) != (spec.tz is None):
         raise BadInput("a cron timer needs both an expression and a time zone")
     if spec.cron is not None and spec.tz is not None:
@@ -164,15 +177,18 @@ class Schedule(Protocol):
 
 @dataclass(frozen=True)
 class Every:
+    """Every ``seconds``, up to the end of the year 9999."""
+
     seconds: int
 
-    def after(self, at: int) -> int:
-        return at + self.seconds
+    def after(self, at: int) -> int | None:
+        following = at + self.seconds
+        return following if within(following) else None
 
-    def span(self, first: int, now: int) -> tuple[int, int, int]:
+    def span(self, first: int, now: int) -> tuple[int, int, int | None]:
         missed = (now - first) // self.seconds
         latest = first + missed * self.seconds
-        return latest, missed, latest + self.seconds
+        return latest, missed, self.after(latest)
 
 
 def schedule(timer: Timer) -> Schedule | None:
@@ -211,7 +227,10 @@ def owed(timer: Timer, now: int, policy: Policy) -> Owed:
     one event per occurrence, but past ``catch_up_limit`` the first
     ``limit - 1`` go alone and the rest coalesce into the latest. The last
     event is always the latest occurrence, and the next due time follows it.
+    A due time before 1970, which only an older version could have stored,
+    counts from the first second of 1970.
     """
+    timer = timer._replace(due=max(timer.due, FIRST_TIME))
     repeats = schedule(timer)
     if repeats is None:
         return Owed(((timer.due, 0),), None)
