@@ -321,7 +321,7 @@ def test_hosts_opening_a_new_database_at_once_migrate_it_once(
     procs = [start("-u", f"user{n}", "ingest", "chat", "m1") for n in range(6)]
     results = [finish_proc(p) for p in procs]
     assert [code for code, _, _ in results] == [0] * 6, results
-    store = open_inbox()
+    store = open_inbox("user0")
     assert store.engine.conn.execute("SELECT version FROM migrations").fetchall() == [(1,)]
     assert store.engine.conn.execute("SELECT COUNT(*) FROM inboxes").fetchone() == (6,)
     assert sorted(r[0] for r in store.engine.conn.execute(

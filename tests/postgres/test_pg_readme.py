@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from support.doc_examples import ROOT, matches, play_page
+
+pytestmark = pytest.mark.postgres_only
 
 
 def _shape(line: str) -> str:
