@@ -27,7 +27,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from peerlib import PEERS, peer_env, peer_row, pg_server, require_extra, tree_cpu
+from peerlib import PEERS, peer_env, peer_row, pg_server, report, require_extra, tree_cpu
 
 from benchlib import (
     Row,
@@ -35,7 +35,6 @@ from benchlib import (
     payload,
     percentile,
     progress,
-    report,
     wait,
     warn_if_memory,
     workdir,

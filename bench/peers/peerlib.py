@@ -24,7 +24,8 @@ APPS = PEERS / "apps"
 # The figure scripts run from here: the bench's own modules and the peers' apps import.
 sys.path[:0] = [str(PEERS.parent), str(APPS)]
 
-from benchlib import Row, clean_env  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import TIMES, Row, clean_env, format_value  # noqa: E402
 
 # The modules the bench-peers extra installs.
 EXTRA = ("huey", "procrastinate", "pgqueuer", "asyncpg", "dbos")
@@ -98,6 +99,24 @@ def peer_row(what: str, agentbox: float, peer: float, unit: str, higher_is_bette
              note: str = "", errors: int = 0) -> Row:
     """A row of the peer table: agentbox (subject) against a peer (baseline)."""
     return Row(what, agentbox, peer, unit, 1.0, higher_is_better, note, errors)
+
+
+def ratio_text(row: Row) -> str:
+    """The ratio, or a dash where the peer's figure is 0 (a count of nothing)."""
+    return f"{row.ratio:.2f}{TIMES}" if row.baseline else "-"
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> None:
+    """Print the rows: JSON for run.py, else one block per row saying which side is ahead."""
+    if args.json:
+        benchlib.report(rows, args)
+        return
+    for r in rows:
+        print(f"{r.what}\n  agentbox {format_value(r.subject, r.unit)}"
+              f"\n  peer     {format_value(r.baseline, r.unit)}"
+              f"\n  ratio    {ratio_text(r)}  (ahead: {verdict(r)})"
+              + (f"\n  errors   {r.errors}" if r.errors else "")
+              + (f"\n  note     {r.note}" if r.note else ""))
 
 
 def verdict(row: Row) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from peerlib import peer_env, peer_row, pg_server, require_extra
+from peerlib import peer_env, peer_row, pg_server, report, require_extra
 
 from benchlib import (
     interleaved,
@@ -23,7 +23,6 @@ from benchlib import (
     options,
     payload,
     progress,
-    report,
     slices,
     warn_if_memory,
     workdir,
