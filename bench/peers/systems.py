@@ -71,6 +71,10 @@ class System:
         ``stamps``."""
         raise NotImplementedError
 
+    def cli(self, key: str, body: str) -> list[str] | None:
+        """The command line of its own CLI storing one item; None where it has none."""
+        return None
+
     def started(self, stamps: Path, key: str, count: int) -> float | None:
         """When its worker began the task of ``key``, the ``count``-th item, if it has."""
         times = keyed_stamps(stamps).get(key)
@@ -99,13 +103,19 @@ class Agentbox(System):
         return self.inbox.ingest("bench", key, body, int(time.time())).outcome == "stored"
 
     def held(self) -> int:
-        """The events of every state, as `agentbox status --json` counts them."""
+        return sum(self.status().values())
+
+    def status(self) -> dict[str, int]:
+        """Its events by state, as `agentbox status --json` counts them."""
         done = subprocess.run([*AGENTBOX, "status", "--json"], env=self.env, check=True,
                               capture_output=True, text=True)
-        return sum(json.loads(done.stdout)["events"].values())
+        return dict(json.loads(done.stdout)["events"])
 
     def worker(self, stamps: Path) -> tuple[list[str], dict[str, str]]:
         return [*AGENTBOX, "run", "--watch", "--", *self.handler, str(stamps)], self.env
+
+    def cli(self, key: str, body: str) -> list[str]:
+        return [str(console_script()), "ingest", "bench", key, "--payload", body]
 
     def started(self, stamps: Path, key: str, count: int) -> float | None:
         """The handler notes no key: its ``count``-th start is that of the ``count``-th
@@ -203,6 +213,11 @@ class Procrastinate(System):
         return ([str(console_script("procrastinate")), "--app=procrastinate_app.app", "worker"],
                 {**self.env, "PEER_STAMPS": str(stamps)})
 
+    def cli(self, key: str, body: str) -> list[str]:
+        """`procrastinate defer`, its queueing lock the key."""
+        return [str(console_script("procrastinate")), "--app=procrastinate_app.app", "defer",
+                "stamp", json.dumps({"key": key, "payload": body}), "--queueing-lock", key]
+
     def close(self) -> None:
         self.counter.close()
         self.app.close()
@@ -238,6 +253,12 @@ class Pgqueuer(System):
 
     def worker(self, stamps: Path) -> tuple[list[str], dict[str, str]]:
         return ([self.pgq, "run", "pgqueuer_app:main"], {**self.env, "PEER_STAMPS": str(stamps)})
+
+    def cli(self, key: str, body: str) -> list[str]:
+        """`pgq queue`, its dedupe key the key, a duplicate skipped."""
+        return [self.pgq, "--pg-dsn", self.url, "--schema", self.schema, "queue", "stamp",
+                json.dumps({"key": key, "payload": body}), "--dedupe-key", key,
+                "--on-conflict", "skip"]
 
     def close(self) -> None:
         self.conn.close()
