@@ -107,8 +107,9 @@ class Agentbox(System):
 
     def status(self) -> dict[str, int]:
         """Its events by state, as `agentbox status --json` counts them."""
-        done = subprocess.run([*AGENTBOX, "status", "--json"], env=self.env, check=True,
-                              capture_output=True, text=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
+        done = subprocess.run([*AGENTBOX, "status", "--json"], env={**env, **self.env},
+                              check=True, capture_output=True, text=True)
         return dict(json.loads(done.stdout)["events"])
 
     def worker(self, stamps: Path) -> tuple[list[str], dict[str, str]]:
