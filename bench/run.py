@@ -115,34 +115,37 @@ def grid(head: tuple[str, ...], body: list[tuple[str, ...]], failed: dict[str, s
 
 
 def markdown(saved: dict[str, Any]) -> dict[str, str]:
-    """The latest run as markdown: the main table, and the peer table (or why it was not
-    made), by the name of their marks."""
+    """The latest run as markdown, by the name of the marks each table goes between: the
+    main table and the peer table, each only where the run made it."""
     mode = "Quick run (small N: the figures mean little)" if saved["quick"] else "Full run"
     heading = [f"{mode} of {saved['date']}, {saved['seconds']:.0f} s.  ",
                f"Machine: {saved['machine']}.", ""]
-    rows = [Row.from_document(d) for d in saved["rows"]]
-    lines = [*heading, "| what | subject | baseline | ratio | target | ok? |",
-             "| --- | ---: | ---: | ---: | ---: | :---: |"]
-    lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
-              f"{format_value(r.baseline, r.unit)} | {r.ratio:.2f}{TIMES} | {r.target_text} | "
-              f"{'ok' if r.ok else 'missed'}{errors(r)} |" for r in rows]
-    lines += [f"| {name} | failed: {why} | | | | |" for name, why in saved["failed"].items()]
-    peers = [Row.from_document(d) for d in saved.get("peers", [])]
-    if saved.get("peers_skipped"):
-        peer_lines = [f"Peer table skipped in the run of {saved['date']}: "
-                      f"{saved['peers_skipped']}."]
-    else:
-        peer_lines = [*heading, "| what | agentbox | peer | ratio | ahead |",
-                      "| --- | ---: | ---: | ---: | :---: |"]
-        peer_lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
-                       f"{format_value(r.baseline, r.unit)} | {ratio_text(r)} | "
-                       f"{verdict(r)}{errors(r)} |" for r in peers]
-        peer_lines += [f"| {name} | failed: {why} | | | |"
-                       for name, why in saved.get("peers_failed", {}).items()]
-    return {"results": "\n".join(lines), "peers": "\n".join(peer_lines)}
+    texts: dict[str, str] = {}
+    if saved["rows"] or saved["failed"]:
+        rows = [Row.from_document(d) for d in saved["rows"]]
+        lines = [*heading, "| what | subject | baseline | ratio | target | ok? |",
+                 "| --- | ---: | ---: | ---: | ---: | :---: |"]
+        lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
+                  f"{format_value(r.baseline, r.unit)} | {r.ratio:.2f}{TIMES} | "
+                  f"{r.target_text} | {'ok' if r.ok else 'missed'}{errors(r)} |" for r in rows]
+        lines += [f"| {name} | failed: {why} | | | | |" for name, why in saved["failed"].items()]
+        texts["results"] = "\n".join(lines)
+    if saved.get("peers") or saved.get("peers_failed"):
+        peers = [Row.from_document(d) for d in saved["peers"]]
+        lines = [*heading, "| what | agentbox | peer | ratio | ahead |",
+                 "| --- | ---: | ---: | ---: | :---: |"]
+        lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
+                  f"{format_value(r.baseline, r.unit)} | {ratio_text(r)} | "
+                  f"{verdict(r)}{errors(r)} |" for r in peers]
+        lines += [f"| {name} | failed: {why} | | | |"
+                  for name, why in saved["peers_failed"].items()]
+        texts["peers"] = "\n".join(lines)
+    return texts
 
 
 def update_pages(texts: dict[str, str]) -> None:
+    """Write each table between its marks on every page; a table the run did not make
+    leaves its block as it was."""
     for page in PAGES:
         content = page.read_text(encoding="utf-8")
         for mark, text in texts.items():
@@ -191,10 +194,13 @@ def main() -> int:
     if args.markdown:
         if not LATEST.exists():
             raise SystemExit("no run recorded yet: run `python bench/run.py` first")
-        texts = markdown(json.loads(LATEST.read_text(encoding="utf-8")))
+        saved = json.loads(LATEST.read_text(encoding="utf-8"))
+        texts = markdown(saved)
         if args.update_readme:
             update_pages(texts)
-        print(f"{texts['results']}\n\n{texts['peers']}")
+        print("\n\n".join(texts.values()))
+        if "peers" not in texts and saved.get("peers_skipped"):
+            print(f"\npeer table skipped: {saved['peers_skipped']}")
         return 0
 
     started = time.monotonic()
@@ -203,7 +209,8 @@ def main() -> int:
     peer_names = [n for n in PEER_SCRIPTS if n in chosen or "peers" in chosen]
     rows, failed = run_all(names, args)
     absent = missing() if peer_names else []
-    skipped = (f"the bench-peers extra is not installed ({', '.join(absent)}): {INSTALL}"
+    skipped = ("not chosen by --only" if not peer_names else
+               f"the bench-peers extra is not installed ({', '.join(absent)}): {INSTALL}"
                if absent else None)
     peers, peers_failed = run_all([] if skipped else peer_names, args)
     seconds = time.monotonic() - started
