@@ -82,24 +82,24 @@ def run_script(name: str, args: argparse.Namespace) -> tuple[list[Row], str | No
         return [], f"unreadable output ({exc})"
 
 
+HEAD = ("what", "subject", "baseline", "ratio", "target", "ok?")
+PEER_HEAD = ("what", "agentbox", "peer", "ratio", "ahead")
+
+
+def cells(r: Row, missed: str = "MISSED") -> tuple[str, ...]:
+    """A row of the main table, its cells as text."""
+    return (r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
+            f"{r.ratio:.2f}{TIMES}", r.target_text, ("ok" if r.ok else missed) + errors(r))
+
+
+def peer_cells(r: Row) -> tuple[str, ...]:
+    """A row of the peer table: agentbox, the peer, agentbox ÷ peer, the side ahead."""
+    return (r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
+            ratio_text(r), verdict(r) + errors(r))
+
+
 def errors(r: Row) -> str:
     return f" ({r.errors} errors)" if r.errors else ""
-
-
-def table(rows: list[Row], failed: dict[str, str]) -> str:
-    head = ("what", "subject", "baseline", "ratio", "target", "ok?")
-    body = [(r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
-             f"{r.ratio:.2f}{TIMES}", r.target_text, ("ok" if r.ok else "MISSED") + errors(r))
-            for r in rows]
-    return grid(head, body, failed)
-
-
-def peer_table(rows: list[Row], failed: dict[str, str]) -> str:
-    """The peer figures: agentbox, the peer, agentbox ÷ peer, and which side is ahead."""
-    head = ("what", "agentbox", "peer", "ratio", "ahead")
-    body = [(r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
-             ratio_text(r), verdict(r) + errors(r)) for r in rows]
-    return grid(head, body, failed)
 
 
 def grid(head: tuple[str, ...], body: list[tuple[str, ...]], failed: dict[str, str]) -> str:
@@ -114,6 +114,15 @@ def grid(head: tuple[str, ...], body: list[tuple[str, ...]], failed: dict[str, s
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)])
 
 
+def markdown_table(head: tuple[str, ...], body: list[tuple[str, ...]],
+                   failed: dict[str, str]) -> list[str]:
+    def line(row: tuple[str, ...]) -> str:
+        return f"| {' | '.join(row)} |"
+    return [line(head), line(("---", *["---:"] * (len(head) - 2), ":---:")), *map(line, body),
+            *(f"| {name} | failed: {why} |{' |' * (len(head) - 2)}"
+              for name, why in failed.items())]
+
+
 def markdown(saved: dict[str, Any]) -> dict[str, str]:
     """The latest run as markdown, by the name of the marks each table goes between: the
     main table and the peer table, each only where the run made it."""
@@ -122,24 +131,12 @@ def markdown(saved: dict[str, Any]) -> dict[str, str]:
                f"Machine: {saved['machine']}.", ""]
     texts: dict[str, str] = {}
     if saved["rows"] or saved["failed"]:
-        rows = [Row.from_document(d) for d in saved["rows"]]
-        lines = [*heading, "| what | subject | baseline | ratio | target | ok? |",
-                 "| --- | ---: | ---: | ---: | ---: | :---: |"]
-        lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
-                  f"{format_value(r.baseline, r.unit)} | {r.ratio:.2f}{TIMES} | "
-                  f"{r.target_text} | {'ok' if r.ok else 'missed'}{errors(r)} |" for r in rows]
-        lines += [f"| {name} | failed: {why} | | | | |" for name, why in saved["failed"].items()]
-        texts["results"] = "\n".join(lines)
+        body = [cells(Row.from_document(d), "missed") for d in saved["rows"]]
+        texts["results"] = "\n".join(heading + markdown_table(HEAD, body, saved["failed"]))
     if saved.get("peers") or saved.get("peers_failed"):
-        peers = [Row.from_document(d) for d in saved["peers"]]
-        lines = [*heading, "| what | agentbox | peer | ratio | ahead |",
-                 "| --- | ---: | ---: | ---: | :---: |"]
-        lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
-                  f"{format_value(r.baseline, r.unit)} | {ratio_text(r)} | "
-                  f"{verdict(r)}{errors(r)} |" for r in peers]
-        lines += [f"| {name} | failed: {why} | | | |"
-                  for name, why in saved["peers_failed"].items()]
-        texts["peers"] = "\n".join(lines)
+        body = [peer_cells(Row.from_document(d)) for d in saved["peers"]]
+        texts["peers"] = "\n".join(heading + markdown_table(PEER_HEAD, body,
+                                                             saved["peers_failed"]))
     return texts
 
 
@@ -215,12 +212,12 @@ def main() -> int:
     peers, peers_failed = run_all([] if skipped else peer_names, args)
     seconds = time.monotonic() - started
     if names:
-        print(table(rows, failed))
+        print(grid(HEAD, [cells(r) for r in rows], failed))
     if skipped:
         print(f"\npeer table skipped: {skipped}")
     elif peer_names:
         print(f"\nagentbox beside its peers (ratio: agentbox ÷ peer)\n"
-              f"{peer_table(peers, peers_failed)}")
+              f"{grid(PEER_HEAD, [peer_cells(r) for r in peers], peers_failed)}")
     print(f"\n{len(rows) + len(peers)} figures in {seconds:.0f} s"
           + (" (quick: small N, the figures mean little)" if args.quick else ""))
     LATEST.parent.mkdir(exist_ok=True)
