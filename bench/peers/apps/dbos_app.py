@@ -16,8 +16,7 @@ from dbos import DBOS, DBOSConfig
 from stamps import note
 
 CONFIG: DBOSConfig = {"name": "bench", "system_database_url": os.environ.get("PEER_DB"),
-                      "dbos_system_schema": os.environ.get("PEER_SCHEMA", "dbos"),
-                      "log_level": "WARNING"}
+                      "dbos_system_schema": os.environ.get("PEER_SCHEMA", "dbos")}
 QUEUE = "bench"
 
 
@@ -32,7 +31,6 @@ def main() -> None:
     DBOS(config=CONFIG)
     DBOS.launch()
     DBOS.register_queue(QUEUE)
-    print("ready", flush=True)
     stop.wait()
     DBOS.destroy()
 
