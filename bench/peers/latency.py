@@ -129,16 +129,15 @@ def rows(systems: list[System], delays: dict[str, list[float]], idle: dict[str, 
     found: list[Row] = []
     labels = [SHELL, *([CHEAPEST] if any(s.label == CHEAPEST for s in systems) else [])]
     for label in labels:
-        handler = ("a shell handler: sh, then date" if label == SHELL
-                   else "the cheapest handler: one C program")
+        handler = "sh handler" if label == SHELL else "C handler"
         for ours, peer in by_backend(systems, label):
-            note = (f"{items} items, one at a time; agentbox starts {handler}, per batch; "
-                    f"{peer.label} calls a function in its worker; p50/p99 {brief(name(ours))}, "
-                    f"{brief(name(peer))}")
+            note = (f"{items} items, one at a time; agentbox starts a {handler} process per "
+                    f"batch, {peer.label} calls a function in its worker; p50/p99 "
+                    f"{brief(name(ours))}, {brief(name(peer))}")
             for share, tag in ((.5, "p50"), (.99, "p99")):
                 found.append(peer_row(
-                    f"latency {tag}: enqueue → task start, {ours.label} vs {peer.label} "
-                    f"({peer.backend})", ms(name(ours), share) * 1000,
+                    f"latency {tag}: enqueue → start, agentbox's {handler} process vs "
+                    f"{peer.label}'s function ({peer.backend})", ms(name(ours), share) * 1000,
                     ms(name(peer), share) * 1000, "ms", False, note))
     for ours, peer in by_backend(systems):
         found.append(peer_row(
