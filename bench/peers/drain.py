@@ -120,9 +120,9 @@ def rows(systems: list[System], keys: int, rounds: int, times: dict[str, list[fl
         a, p = name(ours), name(peer)
         note = (f"median of {rounds} round(s); agentbox: batches of up to {MAX_BATCH}, a "
                 f"process each; {peer.label}: a function call per item, its worker's "
-                f"defaults; stored again after handled: agentbox {sum(again[a])}, "
-                f"{peer.label} {sum(again[p])}; started twice: agentbox {sum(twice[a])}, "
-                f"{peer.label} {sum(twice[p])}")
+                f"defaults; medians, stored again after handled: agentbox {median(again[a]):.0f}"
+                f", {peer.label} {median(again[p]):.0f}; started twice: agentbox "
+                f"{median(twice[a]):.0f}, {peer.label} {median(twice[p]):.0f}")
         if not (isinstance(peer, Huey) and peer.guard):  # its worker is huey's
             found.append(peer_row(f"drain {keys:,} items: agentbox vs {p}",
                                   keys / median(times[a]), keys / median(times[p]), "ev/s",
