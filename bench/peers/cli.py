@@ -14,6 +14,7 @@ gives `agentbox ingest` on SQLite and each side's CPU time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from peerlib import peer_env, peer_row, pg_server, report, require_extra, skip
@@ -50,7 +51,7 @@ def main() -> None:
         cpu: dict[str, list[float]] = {name(s): [] for s in systems}
         serial = iter(range(10**9))
 
-        def side(system: System) -> object:
+        def side(system: System) -> Callable[[], float]:
             def one() -> float:
                 n = next(serial)
                 argv = system.cli(f"cli-{n}", payload(n))

@@ -10,6 +10,7 @@ order rotating; the figure is each side's median rate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from peerlib import peer_env, peer_row, pg_server, report, require_extra
@@ -38,7 +39,7 @@ def main() -> None:
         systems = enqueuers(stack, root, url, peer_env(root))
         bodies = [payload(i) for i in range(per_slice * rounds)]
 
-        def side(system: System) -> object:
+        def side(system: System) -> Callable[[], float]:
             def step(i: int) -> None:
                 if not system.enqueue(f"item-{i}", bodies[i]):
                     refused[0] += 1

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 PEERS = Path(__file__).resolve().parent
 APPS = PEERS / "apps"
@@ -38,7 +39,7 @@ def missing() -> list[str]:
     return [name for name in EXTRA if importlib.util.find_spec(name) is None]
 
 
-def skip(args: argparse.Namespace, why: str) -> None:
+def skip(args: argparse.Namespace, why: str) -> NoReturn:
     """End the script, reporting itself skipped (run.py shows the reason)."""
     if args.json:
         sys.stdout.write(json.dumps({"rows": [], "skipped": why}) + "\n")

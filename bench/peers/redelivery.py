@@ -13,6 +13,7 @@ after the items were handled).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from peerlib import peer_env, peer_row, pg_server, report, require_extra
@@ -45,7 +46,7 @@ def main() -> None:
                        for i in range(keys))
         again = {s.label + s.backend: 0 for s in systems}
 
-        def side(system: System) -> object:
+        def side(system: System) -> Callable[[], float]:
             name = system.label + system.backend
 
             def step(i: int) -> None:
