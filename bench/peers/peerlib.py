@@ -3,7 +3,7 @@
 A peer figure sets agentbox beside a job queue it would be compared with,
 each driven through its own public API with the same durability. Its rows
 are :class:`benchlib.Row` with agentbox as the subject and the peer as the
-baseline, and a target of 1 (the ratio): agentbox at least as good as the peer. They
+baseline; their target, a ratio of 1, only says which way is better. They
 are never a target to meet (``run.py --strict`` ignores them); the table
 says which side is ahead.
 """
@@ -27,11 +27,11 @@ sys.path[:0] = [str(PEERS.parent), str(APPS)]
 
 import benchlib  # noqa: E402
 from benchlib import TIMES, Row, clean_env, format_value  # noqa: E402
+from pglib import DEFAULT_URL  # noqa: E402
 
 # The modules the bench-peers extra installs.
 EXTRA = ("huey", "procrastinate", "pgqueuer", "asyncpg", "dbos")
 INSTALL = "pip install -e '.[bench-peers]'"
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def missing() -> list[str]:
@@ -59,7 +59,7 @@ def pg_server(args: argparse.Namespace) -> str | None:
     figure is then left out; under AGENTBOX_REQUIRE_PG=1 the script fails)."""
     import psycopg
 
-    url = args.pg or DEFAULT_PG
+    url = args.pg or DEFAULT_URL
     try:
         with psycopg.connect(url, connect_timeout=5) as conn:
             settings = {name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
