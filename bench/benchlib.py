@@ -118,6 +118,8 @@ def rate_row(what: str, subject: float, baseline: float, target: float | None,
 
 
 def format_value(value: float, unit: str) -> str:
+    if unit == "items":  # a count
+        return f"{value:,.0f} {unit}"
     if value >= 100 or (unit != "ms" and value >= 10):
         return f"{value:,.0f} {unit}"
     return f"{value:.{1 if value >= 10 else 2 if value >= 1 else 3}f} {unit}"

@@ -4,10 +4,13 @@
     python bench/run.py --markdown [--update-readme]
 
 Each benchmark is a script of its own, run here in a fresh process of this
-same interpreter. The figures of the latest run are kept in
-bench/results/latest.json, with the date and a description of the machine;
-``--markdown`` prints them as a markdown table (running nothing), and
-``--update-readme`` writes that table into bench/README.md and
+same interpreter. Where the bench-peers extra is installed, the scripts of
+bench/peers/ set agentbox beside the job queues it would be compared with,
+in a second table (never a target: ``--strict`` ignores it); without the
+extra they are skipped, and one line says so. The figures of the latest run
+are kept in bench/results/latest.json, with the date and a description of
+the machine; ``--markdown`` prints them as markdown tables (running
+nothing), and ``--update-readme`` writes those into bench/README.md and
 docs/performance.md.
 """
 
@@ -23,16 +26,22 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from peers.peerlib import INSTALL, missing, ratio_text, verdict
 
 from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
            "concurrency", "serve", "wakeup", "watch", "prune_ingest", "year", "pg_ingest",
            "pg_run_cycle", "pg_scale", "pg_pool")
+PEER_SCRIPTS = tuple(f"peers/{name}" for name in ("enqueue", "redelivery", "latency", "drain",
+                                                   "cli"))
 LATEST = BENCH / "results" / "latest.json"
-# The pages that show the latest full run's table, between the START and END marks.
+# The pages that show the latest full run's tables, between each table's marks.
 PAGES = (BENCH / "README.md", BENCH.parent / "docs" / "performance.md")
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+MARKS = {"results": ("<!-- results:start -->", "<!-- results:end -->"),
+         "peers": ("<!-- peers:start -->", "<!-- peers:end -->")}
 
 
 def cpu_model() -> str:
@@ -73,14 +82,30 @@ def run_script(name: str, args: argparse.Namespace) -> tuple[list[Row], str | No
         return [], f"unreadable output ({exc})"
 
 
-def table(rows: list[Row], failed: dict[str, str]) -> str:
-    head = ("what", "subject", "baseline", "ratio", "target", "ok?")
-    body = [(r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
-             f"{r.ratio:.2f}{TIMES}", r.target_text,
-             ("ok" if r.ok else "MISSED") + (f" ({r.errors} errors)" if r.errors else ""))
-            for r in rows]
-    body += [(f"{name}: FAILED, {why}", "-", "-", "-", "-", "FAILED")
-             for name, why in failed.items()]
+HEAD = ("what", "subject", "baseline", "ratio", "target", "ok?")
+PEER_HEAD = ("what", "agentbox", "peer", "ratio", "ahead")
+
+
+def cells(r: Row, missed: str = "MISSED") -> tuple[str, ...]:
+    """A row of the main table, its cells as text."""
+    return (r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
+            f"{r.ratio:.2f}{TIMES}", r.target_text, ("ok" if r.ok else missed) + errors(r))
+
+
+def peer_cells(r: Row) -> tuple[str, ...]:
+    """A row of the peer table: agentbox, the peer, agentbox ÷ peer, the side ahead."""
+    return (r.what, format_value(r.subject, r.unit), format_value(r.baseline, r.unit),
+            ratio_text(r), verdict(r) + errors(r))
+
+
+def errors(r: Row) -> str:
+    return f" ({r.errors} errors)" if r.errors else ""
+
+
+def grid(head: tuple[str, ...], body: list[tuple[str, ...]], failed: dict[str, str]) -> str:
+    """Columns padded to their widest cell, a script that failed as a line of its own."""
+    body = body + [(f"{name}: FAILED, {why}", *["-"] * (len(head) - 2), "FAILED")
+                   for name, why in failed.items()]
     widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
 
     def fmt(line: tuple[str, ...]) -> str:
@@ -89,38 +114,65 @@ def table(rows: list[Row], failed: dict[str, str]) -> str:
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)])
 
 
-def markdown(saved: dict[str, object]) -> str:
-    rows = [Row.from_document(d) for d in saved["rows"]]  # type: ignore[attr-defined]
+def markdown_table(head: tuple[str, ...], body: list[tuple[str, ...]],
+                   failed: dict[str, str]) -> list[str]:
+    def line(row: tuple[str, ...]) -> str:
+        return f"| {' | '.join(row)} |"
+    return [line(head), line(("---", *["---:"] * (len(head) - 2), ":---:")), *map(line, body),
+            *(f"| {name} | failed: {why} |{' |' * (len(head) - 2)}"
+              for name, why in failed.items())]
+
+
+def markdown(saved: dict[str, Any]) -> dict[str, str]:
+    """The latest run as markdown, by the name of the marks each table goes between: the
+    main table and the peer table, each only where the run made it."""
     mode = "Quick run (small N: the figures mean little)" if saved["quick"] else "Full run"
-    lines = [f"{mode} of {saved['date']}, {saved['seconds']:.0f} s.  ",
-             f"Machine: {saved['machine']}.", "",
-             "| what | subject | baseline | ratio | target | ok? |",
-             "| --- | ---: | ---: | ---: | ---: | :---: |"]
-    lines += [f"| {r.what} | {format_value(r.subject, r.unit)} | "
-              f"{format_value(r.baseline, r.unit)} | {r.ratio:.2f}{TIMES} | {r.target_text} | "
-              f"{'ok' if r.ok else 'missed'}{f' ({r.errors} errors)' if r.errors else ''} |"
-              for r in rows]
-    lines += [f"| {name} | failed: {why} | | | | |"
-              for name, why in saved["failed"].items()]  # type: ignore[attr-defined]
-    return "\n".join(lines)
+    heading = [f"{mode} of {saved['date']}, {saved['seconds']:.0f} s.  ",
+               f"Machine: {saved['machine']}.", ""]
+    texts: dict[str, str] = {}
+    if saved["rows"] or saved["failed"]:
+        body = [cells(Row.from_document(d), "missed") for d in saved["rows"]]
+        texts["results"] = "\n".join(heading + markdown_table(HEAD, body, saved["failed"]))
+    if saved.get("peers") or saved.get("peers_failed"):
+        body = [peer_cells(Row.from_document(d)) for d in saved["peers"]]
+        texts["peers"] = "\n".join(heading + markdown_table(PEER_HEAD, body,
+                                                             saved["peers_failed"]))
+    return texts
 
 
-def update_pages(text: str) -> None:
+def update_pages(texts: dict[str, str]) -> None:
+    """Write each table between its marks on every page; a table the run did not make
+    leaves its block as it was."""
     for page in PAGES:
         content = page.read_text(encoding="utf-8")
-        if START not in content or END not in content:
-            raise SystemExit(f"{page.name} has no {START} … {END} block to fill")
-        before, rest = content.split(START, 1)
-        _, after = rest.split(END, 1)
-        page.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
+        for mark, text in texts.items():
+            start, end = MARKS[mark]
+            if start not in content or end not in content:
+                raise SystemExit(f"{page.name} has no {start} … {end} block to fill")
+            before, rest = content.split(start, 1)
+            _, after = rest.split(end, 1)
+            content = f"{before}{start}\n{text}\n{end}{after}"
+        page.write_text(content, encoding="utf-8")
+
+
+def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[Row], dict[str, str]]:
+    rows: list[Row] = []
+    failed: dict[str, str] = {}
+    for name in names:
+        found, why = run_script(name, args)
+        rows += found
+        if why is not None:
+            failed[name] = why
+    return rows, failed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="small N everywhere: checks the scripts work (under a minute)")
-    parser.add_argument("--only", nargs="+", choices=SCRIPTS, metavar="NAME",
-                        help=f"run only these: {', '.join(SCRIPTS)}")
+    parser.add_argument("--only", nargs="+", choices=(*SCRIPTS, *PEER_SCRIPTS, "peers"),
+                        metavar="NAME", help=f"run only these: {', '.join(SCRIPTS)}; "
+                        f"{', '.join(PEER_SCRIPTS)}, or peers for all of those")
     parser.add_argument("--dir", default=os.environ.get("AGENTBOX_BENCH_DIR"),
                         help="where the databases go (default: the system temp folder)")
     parser.add_argument("--pg", default=os.environ.get("AGENTBOX_BENCH_PG"),
@@ -139,31 +191,44 @@ def main() -> int:
     if args.markdown:
         if not LATEST.exists():
             raise SystemExit("no run recorded yet: run `python bench/run.py` first")
-        text = markdown(json.loads(LATEST.read_text(encoding="utf-8")))
+        saved = json.loads(LATEST.read_text(encoding="utf-8"))
+        texts = markdown(saved)
         if args.update_readme:
-            update_pages(text)
-        print(text)
+            update_pages(texts)
+        print("\n\n".join(texts.values()))
+        if "peers" not in texts and saved.get("peers_skipped"):
+            print(f"\npeer table skipped: {saved['peers_skipped']}")
         return 0
 
     started = time.monotonic()
-    rows: list[Row] = []
-    failed: dict[str, str] = {}
-    for name in args.only or SCRIPTS:
-        found, why = run_script(name, args)
-        rows += found
-        if why is not None:
-            failed[name] = why
+    chosen = args.only or [*SCRIPTS, "peers"]
+    names = [n for n in chosen if n in SCRIPTS]
+    peer_names = [n for n in PEER_SCRIPTS if n in chosen or "peers" in chosen]
+    rows, failed = run_all(names, args)
+    absent = missing() if peer_names else []
+    skipped = ("not chosen by --only" if not peer_names else
+               f"the bench-peers extra is not installed ({', '.join(absent)}): {INSTALL}"
+               if absent else None)
+    peers, peers_failed = run_all([] if skipped else peer_names, args)
     seconds = time.monotonic() - started
-    print(table(rows, failed))
-    print(f"\n{len(rows)} figures in {seconds:.0f} s"
+    if names:
+        print(grid(HEAD, [cells(r) for r in rows], failed))
+    if skipped:
+        print(f"\npeer table skipped: {skipped}")
+    elif peer_names:
+        print(f"\nagentbox beside its peers (ratio: agentbox ÷ peer)\n"
+              f"{grid(PEER_HEAD, [peer_cells(r) for r in peers], peers_failed)}")
+    print(f"\n{len(rows) + len(peers)} figures in {seconds:.0f} s"
           + (" (quick: small N, the figures mean little)" if args.quick else ""))
     LATEST.parent.mkdir(exist_ok=True)
     LATEST.write_text(json.dumps({
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(Path(args.dir or tempfile.gettempdir())),
         "quick": args.quick, "seconds": seconds, "failed": failed,
-        "rows": [r.document() for r in rows]}, indent=2) + "\n", encoding="utf-8")
-    if failed:
+        "rows": [r.document() for r in rows], "peers_skipped": skipped,
+        "peers_failed": peers_failed, "peers": [r.document() for r in peers]},
+        indent=2) + "\n", encoding="utf-8")
+    if failed or peers_failed:
         return 1
     return 1 if args.strict and not all(r.ok for r in rows) else 0
 
