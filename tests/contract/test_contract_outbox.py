@@ -318,3 +318,33 @@ def test_a_gap_of_zero_sends_whenever_something_is_held(backend: Store) -> None:
     with pytest.raises(BadInput) as refused:
         backend.claim_dispatch(T0, "at-least-once", -1, TIMEOUT)
     assert str(refused.value) == "the gap cannot be negative and the timeout must be positive"
+
+
+def test_each_failed_try_of_a_key_that_may_have_delivered_waits_twice_as_long(
+        backend: Store) -> None:
+    """Try 2 failing waits RESEND_BACKOFF, try 3 failing twice that (from that try's
+    number, not the one before it)."""
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "killed", attempt=1)
+    now = first.deadline + 1
+    for tries, backoff in ((2, RESEND_BACKOFF), (3, 2 * RESEND_BACKOFF)):
+        again = dispatch(backend, now)
+        assert (again.key, again.tries) == (first.key, tries)
+        assert backend.settle_dispatch(again.key, "failed", now + 1, "exit 1", attempt=tries)
+        assert wait(backend, now + 1 + backoff).in_flight == 1  # not before the backoff
+        now = now + 1 + backoff + 1
+    assert dispatch(backend, now).tries == 4
+
+
+def test_the_gap_counts_from_a_resend_not_from_the_first_claim(backend: Store) -> None:
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0)
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "killed", attempt=1)
+    resent_at = first.deadline + 1
+    resend = dispatch(backend, resent_at)
+    assert backend.settle_dispatch(resend.key, "sent", resent_at + 1, attempt=2)
+    say(backend, resent_at + 2, "next")
+    held = wait(backend, T0 + GAP + 1)  # a gap from the first claim would have let it go
+    assert held.until == resent_at + GAP
+    assert dispatch(backend, resent_at + GAP).body == "next"

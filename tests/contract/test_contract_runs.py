@@ -257,3 +257,20 @@ def test_next_work_says_when_a_run_has_something_to_do(backend: Store) -> None:
     assert backend.release("B", 2, T0 + 41)
     due = backend.next_work(T0 + 42)
     assert due is not None and due <= T0 + 42
+
+
+def test_a_holder_of_a_newer_generation_cannot_settle_a_claim_of_an_older_one(
+        backend: Store) -> None:
+    """The fence checks the claim's own generation, not only the lease: B took over as
+    generation 2 but has not claimed; the event is still running under A's generation 1,
+    and neither B's finish, its fail, nor its interrupt may touch it."""
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    assert backend.acquire("A", T0, TTL) == 1
+    assert [e.id for e in backend.claim("A", 1, T0, POLICY) or []] == [event_id]
+    assert backend.acquire("B", T0 + LATER, TTL) == 2  # A's lease lapsed; B holds gen 2
+    before = store_snapshot(backend, [event_id])
+    reply = Answer(messages=(Message("not mine to send"),))
+    assert not backend.finish("B", 2, T0 + LATER, [event_id], reply)
+    assert not backend.fail("B", 2, T0 + LATER, [event_id], "boom", POLICY)
+    assert not backend.interrupt("B", 2, T0 + LATER, [event_id])
+    assert store_snapshot(backend, [event_id]) == before

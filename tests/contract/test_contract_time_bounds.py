@@ -95,3 +95,13 @@ def test_a_claim_deadline_past_9999_claims_nothing(backend: Store) -> None:
     with pytest.raises(BadInput, match="claim deadline"):
         backend.claim_dispatch(LAST - 60, "at-least-once", 0, 60)
     assert store_snapshot(backend) == before
+
+
+def test_a_lease_that_would_end_past_9999_is_not_taken(backend: Store) -> None:
+    with pytest.raises(BadInput, match="the lease would be held until"):
+        backend.acquire("A", LAST - 10, 60)
+    assert backend.lease() is None
+    assert backend.acquire("A", LAST - 60, 60) == 1
+    with pytest.raises(BadInput, match="the lease would be held until"):
+        backend.renew("A", 1, LAST - 10, 60)
+    assert backend.lease() is not None and backend.lease().until == LAST  # type: ignore[union-attr]

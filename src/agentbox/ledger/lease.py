@@ -34,7 +34,7 @@ class Leases(Core):
         with self._locked(durable=False) as (tx, lease):
             generation = rules.next_generation(lease, holder, now)
             if generation is not None:
-                _set(tx, Lease(holder, generation, now + ttl))
+                _set(tx, Lease(holder, generation, rules.held_until(now, ttl)))
             return generation
 
     def renew(self, holder: str, generation: int, now: int, ttl: int) -> bool:
@@ -42,7 +42,7 @@ class Leases(Core):
         with self._locked(durable=False) as (tx, lease):
             if not rules.holds(lease, holder, generation, now):
                 return False
-            _set(tx, Lease(holder, generation, now + ttl))
+            _set(tx, Lease(holder, generation, rules.held_until(now, ttl)))
             return True
 
     def release(self, holder: str, generation: int, now: int) -> bool:

@@ -51,6 +51,14 @@ def next_generation(lease: Lease | None, holder: str, now: int) -> int | None:
     return None
 
 
+def held_until(now: int, ttl: int) -> int:
+    """When a lease taken or renewed at ``now`` ends: a time like any other, within the
+    years 1970 to 9999 (a clock pinned at the end of 9999 takes no lease)."""
+    from agentbox.clock import check_time
+
+    return check_time(now + ttl, "the lease would be held until")
+
+
 def release(lease: Lease, now: int) -> Lease:
     """The row a release leaves: marked released rather than deleted, so the
     generation keeps counting up (the next taker bumps it), with ``until`` set
