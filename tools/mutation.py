@@ -2,7 +2,8 @@
 """Mutation testing of agentbox's rules and backends, scored per module.
 
     python tools/mutation.py rules               # src/agentbox/rules/*.py
-    python tools/mutation.py sqlite postgres     # the backends
+    python tools/mutation.py ledger              # every transaction, once for both engines
+    python tools/mutation.py sqlite postgres     # the engines
     python tools/mutation.py rules.timers        # one module
     python tools/mutation.py --report rules      # score the last run again, running nothing
 
@@ -33,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
-GROUPS = {"rules": "agentbox.rules", "sqlite": "agentbox.backends.sqlite",
-          "postgres": "agentbox.backends.postgres"}
+GROUPS = {"rules": "agentbox.rules", "ledger": "agentbox.ledger",
+          "sqlite": "agentbox.backends.sqlite", "postgres": "agentbox.backends.postgres"}
 # mutmut's exit codes (mutmut/stats.py) folded into the columns printed here
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
@@ -216,7 +217,9 @@ def equivalents() -> list[Equivalent]:
     for entry in listed.get("kind", []):
         if entry["name"] not in KINDS:
             sys.exit(f"{EQUIVALENTS.name}: unknown kind {entry['name']!r}")
-        out.append(Equivalent(entry["modules"], "", "", "", entry["name"], entry["why"]))
+        patterns = entry["modules"]
+        for pattern in [patterns] if isinstance(patterns, str) else patterns:
+            out.append(Equivalent(pattern, "", "", "", entry["name"], entry["why"]))
     for entry in listed.get("mutant", []):
         before = "\n".join(x.strip() for x in entry["before"].strip().splitlines())
         after = "\n".join(x.strip() for x in entry["after"].strip().splitlines())

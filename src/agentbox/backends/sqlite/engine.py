@@ -146,10 +146,12 @@ class SqliteEngine:
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
                     payload: str, now: int) -> int | None:
         params = (box, source, source_id, payload, now, now)
-        with self._translated():
+        try:  # not _translated(): a generator's set-up costs every ingest
             # Outside a transaction the INSERT is one: it waits for the lock in short steps.
             rows = (db.take_write_lock(self.conn, _INSERT, params) if tx is None
                     else self.conn.execute(_INSERT, params).fetchall())
+        except sqlite3.Error as exc:
+            raise db.translate(exc, self.location) from None
         return int(rows[0][0]) if rows else None
 
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
