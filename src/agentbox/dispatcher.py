@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, Busy, Exit
-from agentbox.ledger.engine import Waiter
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.outbox import Dispatch, Wait, sender_word
@@ -34,6 +33,7 @@ from agentbox.rules.records import SendOutcome
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
+    from agentbox.ledger.engine import Waiter
     from agentbox.rules.outbox import Settle
 
 INTERRUPTED = "dispatcher interrupted mid-send"

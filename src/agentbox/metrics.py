@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from agentbox.ledger.store import Vitals
+from agentbox.ledger.status import Vitals
 
 Sample = tuple[dict[str, str], float]
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from agentbox.errors import AgentboxError, DatabaseError, UsageError
 from agentbox.ledger.inboxes import Inboxes
-from agentbox.ledger.store import Store, Vitals
+from agentbox.ledger.status import Vitals
+from agentbox.ledger.store import Store
 from agentbox.rules import health
 from agentbox.rules.health import Check
 from agentbox.rules.policy import Policy

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentbox.clock import seconds_until
 from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.jsonutil import stored_value
-from agentbox.ledger.engine import Waiter
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
@@ -40,6 +39,7 @@ from agentbox.rules.records import Event
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
+    from agentbox.ledger.engine import Waiter
     from agentbox.upkeep import PruneReport
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving

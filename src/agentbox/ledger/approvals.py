@@ -8,17 +8,22 @@ is ever stored, and an answer checks the deadline itself, in its transaction.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentbox.ledger import history
 from agentbox.ledger.core import Core
-from agentbox.ledger.engine import Tx
 from agentbox.ledger.inbox import store_in
 from agentbox.ledger.timers import add_in
-from agentbox.rules import approvals as rules
-from agentbox.rules.approvals import Approval
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Tx
+    from agentbox.rules.approvals import Approval
 
 
 def request_in(tx: Tx, request_id: str, now: int, expires_in: int, action: str) -> bool:
     """Record a request inside the caller's transaction; False if it already exists."""
+    from agentbox.rules import approvals as rules
+
     rules.check_request(request_id, expires_in)
     added = tx.one("""INSERT INTO approvals (inbox_id, id, action, requested_at, expires_at)
                       VALUES (:box, :id, :action, :now, :expires_at)
@@ -42,6 +47,8 @@ class Approvals(Core):
 
     def answer_approval(self, request_id: str, reply: str, now: int) -> str:
         """Answer yes or no; returns the outcome that stands (yes, no, expired, unknown)."""
+        from agentbox.rules import approvals as rules
+
         rules.check_reply(reply)
         with self._locked() as (tx, _):
             row = tx.one("""SELECT action, expires_at FROM approvals
@@ -61,6 +68,9 @@ class Approvals(Core):
 
     def approvals(self, now: int) -> list[Approval]:
         """Every request with its outcome as of ``now``."""
+        from agentbox.rules import approvals as rules
+        from agentbox.rules.approvals import Approval
+
         rows = self._read().rows(
             """SELECT a.id, a.action, a.requested_at, a.expires_at, e.payload, e.created_at
                FROM approvals a

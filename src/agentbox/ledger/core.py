@@ -9,12 +9,14 @@ stands once the lock is held.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentbox.ledger.engine import Engine, Reader, Tx
 from agentbox.rules.records import Lease
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Engine, Reader, Tx
 
 LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
 NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
@@ -82,3 +84,15 @@ class Core:
     def close(self) -> None:
         """Release the connection; the store is unusable afterwards."""
         self.engine.close()
+
+
+def among(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``(:name0, :name1, …)`` and its parameters: a list in SQL both engines read.
+
+    Callers keep lists short (a run's batch, one dispatch's messages); an empty
+    list gives ``(NULL)``, which matches nothing.
+    """
+    if not values:
+        return "(NULL)", {}
+    names = [f"{name}{n}" for n in range(len(values))]
+    return "(" + ", ".join(f":{n}" for n in names) + ")", dict(zip(names, values, strict=True))

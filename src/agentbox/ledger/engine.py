@@ -14,6 +14,10 @@ them into agentbox's own (:class:`~agentbox.errors.Busy` when the database
 stays locked, :class:`~agentbox.errors.DatabaseError` when it cannot be used,
 :class:`~agentbox.errors.BadInput` for a value it cannot store), so nothing
 above this seam knows which database it talks to.
+
+Everything here is for the type checker: the ledger and the backends import it
+only under ``TYPE_CHECKING``, so no protocol is built by a running agentbox
+(an ingest would pay for every one).
 """
 
 from __future__ import annotations
@@ -170,15 +174,3 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the connection; the engine is unusable afterwards."""
         ...
-
-
-def among(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    """``(:name0, :name1, …)`` and its parameters: a list in SQL both engines read.
-
-    Callers keep lists short (a run's batch, one dispatch's messages); an empty
-    list gives ``(NULL)``, which matches nothing.
-    """
-    if not values:
-        return "(NULL)", {}
-    names = [f"{name}{n}" for n in range(len(values))]
-    return "(" + ", ".join(f":{n}" for n in names) + ")", dict(zip(names, values, strict=True))

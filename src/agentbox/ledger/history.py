@@ -9,9 +9,12 @@ one write, and a million events cost a million fewer history rows.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from agentbox.ledger.engine import Reader, Tx
 from agentbox.rules.records import Entry
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Reader, Tx
 
 _INSERT = """INSERT INTO history (inbox_id, at, subject, subject_id, action, generation, detail)
              VALUES (:box, :at, :subject, :subject_id, :action, :generation, :detail)"""

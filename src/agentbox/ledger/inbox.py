@@ -17,15 +17,17 @@ cannot differ.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbox.errors import Busy
 from agentbox.jsonutil import DEFAULT_MAX_PAYLOAD, payload_text
 from agentbox.ledger import history
-from agentbox.ledger.core import Core
-from agentbox.ledger.engine import Engine, Key, Reader, Tx, among
+from agentbox.ledger.core import Core, among
 from agentbox.rules.keys import check_delivery_key, check_key, conflict_detail, prefix_bound
 from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Engine, Key, Reader, Tx
 
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
            "error, created_at, updated_at")

@@ -13,10 +13,14 @@ only leaves the lease to expire by its old time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentbox.ledger.core import LEASE_COLUMNS, Core
-from agentbox.ledger.engine import Tx
 from agentbox.rules import lease as rules
 from agentbox.rules.records import Lease
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Tx
 
 
 def _set(tx: Tx, lease: Lease) -> None:

@@ -12,19 +12,17 @@ cannot undo the newer try.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentbox.errors import BadInput, NotAsAsked
 from agentbox.ledger import history
 from agentbox.ledger.core import Core
-from agentbox.ledger.engine import Tx
-from agentbox.rules import outbox as rules
-from agentbox.rules.answer import Message
-from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
 
-_SPOKE = "(" + ", ".join(f"'{s}'" for s in rules.SPOKE_STATES) + ")"
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Tx
+    from agentbox.rules.answer import Message
+    from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
 
 
 def queue_in(tx: Tx, now: int, generation: int | None,
@@ -94,6 +92,8 @@ Expired = tuple[str, str, str, bool, int, int]  # key, mode, body, urgent, tries
 def _park_expired(tx: Tx, now: int) -> list[Expired]:
     """Park the claims past their deadline (their dispatcher is gone, or a failed
     try's backoff is over) that may not be tried again; the others, oldest first."""
+    from agentbox.rules import outbox as rules
+
     left: list[Expired] = []
     for key, mode, body, urgent, tries, max_tries in tx.rows(
             """SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
@@ -113,6 +113,9 @@ def _take_over(tx: Tx, now: int, timeout: int) -> Dispatch | None:
     The resend is a new claim of the same key: its deadline and its claim time
     are now's, so the gap counts from the resend, not from the first claim.
     """
+    from agentbox.rules import outbox as rules
+    from agentbox.rules.outbox import Dispatch
+
     left = _park_expired(tx, now)
     if not left:
         return None
@@ -134,8 +137,11 @@ def _last_send(tx: Tx) -> int | None:
     Failed sends (certainly not delivered) and dispatches an operator resolved
     as unsent do not count.
     """
+    from agentbox.rules.outbox import SPOKE_STATES
+
+    spoke = "(" + ", ".join(f"'{s}'" for s in SPOKE_STATES) + ")"
     row = tx.one(f"""SELECT MAX(claimed_at) FROM dispatches
-                     WHERE inbox_id = :box AND state IN {_SPOKE}""")
+                     WHERE inbox_id = :box AND state IN {spoke}""")
     return None if row is None or row[0] is None else int(row[0])
 
 
@@ -157,6 +163,9 @@ class Outbox(Core):
         its tries; a resend keeps those of its claim. What a try's word does is
         :func:`agentbox.rules.outbox.on_settle`.
         """
+        from agentbox.rules import outbox as rules
+        from agentbox.rules.outbox import Dispatch, Wait
+
         rules.check_claim(mode, gap, timeout, max_tries)
         with self._locked() as (tx, _):
             resend = _take_over(tx, now, timeout)
@@ -198,6 +207,8 @@ class Outbox(Core):
         uncertain, or taken over by another dispatcher) is refused, except for
         ``sent``: a certain delivery settles the dispatch whichever try made it.
         """
+        from agentbox.rules import outbox as rules
+
         with self._locked() as (tx, _):
             row = tx.one("""SELECT state, mode, tries, max_tries FROM dispatches
                             WHERE inbox_id = :box AND key = :key""", key=key)
@@ -239,6 +250,8 @@ class Outbox(Core):
     def resolve_dispatch(self, key: str, sent: bool, now: int) -> int:
         """An operator's verdict on an uncertain dispatch (unsent rows are held again);
         returns how many messages it covered."""
+        from agentbox.errors import BadInput, NotAsAsked
+
         with self._locked() as (tx, _):
             _park_expired(tx, now)
             row = tx.one("""SELECT state, claimed_at FROM dispatches
@@ -260,7 +273,8 @@ class Outbox(Core):
     def outbox(self, states: Sequence[str] = OPEN_OUTBOX_STATES,
                limit: int = 1000) -> list[OutboxMessage]:
         """Messages in ``states``, oldest first; past ``limit``, the newest ones."""
-        from agentbox.ledger.engine import among
+        from agentbox.ledger.core import among
+        from agentbox.rules.outbox import OutboxMessage
 
         chosen, params = among("state", list(states))
         rows = self._read().rows(

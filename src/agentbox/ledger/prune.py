@@ -9,30 +9,43 @@ Handing the freed space back to the disk is the engine's (:meth:`Engine.reclaim`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from agentbox.ledger.core import Core
-from agentbox.ledger.engine import Tx, among
-from agentbox.rules.records import SETTLED_DISPATCH_STATES
-from agentbox.rules.retention import KEPT_SOURCES, Cutoffs, PruneCounts, digest
+from agentbox.ledger.core import Core, among
 
-_KEPT = "(" + ", ".join(f"'{s}'" for s in KEPT_SOURCES) + ")"
-_SETTLED = "(" + ", ".join(f"'{s}'" for s in SETTLED_DISPATCH_STATES) + ")"
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Tx
+    from agentbox.rules.retention import Cutoffs, PruneCounts
 
-# The rows each kind of prune would take; the same conditions count them for a
-# dry run and select them for a step. The newest event and message of an inbox
-# always stay: an id must never be given out twice (an event's idempotency key
-# is made of it), and SQLite numbers a new row after the highest id left.
-_DONE = f"""FROM events WHERE inbox_id = :box AND status = 'done'
-            AND updated_at < :done_before AND source NOT IN {_KEPT}
-            AND id < (SELECT MAX(id) FROM events WHERE inbox_id = :box)"""
-_SENT = """FROM outbox WHERE inbox_id = :box AND state = 'sent' AND sent_at < :sent_before
-           AND id < (SELECT MAX(id) FROM outbox WHERE inbox_id = :box)"""
-_DISPATCHES = f"""FROM dispatches WHERE inbox_id = :box AND state IN {_SETTLED}
-                  AND finished_at < :dispatch_before"""
-_FORGOTTEN = "FROM pruned_keys WHERE inbox_id = :box AND until <= :now"
-_TIMER_HISTORY = """FROM history WHERE inbox_id = :box AND subject = 'timer'
-                    AND at < :done_before"""
+
+@functools.cache
+def _rows_of() -> dict[str, str]:
+    """The rows each kind of prune would take, by kind; the same conditions count them
+    for a dry run and select them for a step. Made at the first prune, not by every
+    ingest that loads the store.
+
+    The newest event and message of an inbox always stay: an id must never be
+    given out twice (an event's idempotency key is made of it), and SQLite numbers
+    a new row after the highest id left.
+    """
+    from agentbox.rules.records import SETTLED_DISPATCH_STATES
+    from agentbox.rules.retention import KEPT_SOURCES
+
+    kept = "(" + ", ".join(f"'{s}'" for s in KEPT_SOURCES) + ")"
+    settled = "(" + ", ".join(f"'{s}'" for s in SETTLED_DISPATCH_STATES) + ")"
+    return dict(
+        done=f"""FROM events WHERE inbox_id = :box AND status = 'done'
+                 AND updated_at < :done_before AND source NOT IN {kept}
+                 AND id < (SELECT MAX(id) FROM events WHERE inbox_id = :box)""",
+        sent="""FROM outbox WHERE inbox_id = :box AND state = 'sent' AND sent_at < :sent_before
+                AND id < (SELECT MAX(id) FROM outbox WHERE inbox_id = :box)""",
+        dispatches=f"""FROM dispatches WHERE inbox_id = :box AND state IN {settled}
+                       AND finished_at < :dispatch_before""",
+        forgotten="FROM pruned_keys WHERE inbox_id = :box AND until <= :now",
+        timer_history="""FROM history WHERE inbox_id = :box AND subject = 'timer'
+                         AND at < :done_before""")
 
 
 def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
@@ -44,7 +57,9 @@ def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
 
 def _events(tx: Tx, cut: Cutoffs, limit: int) -> int:
     """Done events, their history gone and their keys remembered for the window."""
-    rows = tx.rows(f"SELECT id, source, source_id, payload, created_at {_DONE} "
+    from agentbox.rules.retention import digest
+
+    rows = tx.rows(f"SELECT id, source, source_id, payload, created_at {_rows_of()['done']} "
                    "ORDER BY id LIMIT :limit", limit=limit, **cut._asdict())
     remembered = [{"source": source, "source_id": source_id, "digest": digest(payload),
                    "event_id": event_id, "until": until}
@@ -64,12 +79,12 @@ def _events(tx: Tx, cut: Cutoffs, limit: int) -> int:
     return len(ids)
 
 
-def _rows(rows: str, column: str, order: str, table: str,
+def _rows(rows: Callable[[], str], column: str, order: str, table: str,
           subject: str) -> Callable[[Tx, Cutoffs, int], int]:
-    """A prune of ``table``: the rows ``rows`` selects, their history gone with them."""
+    """A prune of ``table``: the rows ``rows()`` selects, their history gone with them."""
 
     def prune(tx: Tx, cut: Cutoffs, limit: int) -> int:
-        found = [r[0] for r in tx.rows(f"SELECT {column} {rows} ORDER BY {order} LIMIT :limit",
+        found = [r[0] for r in tx.rows(f"SELECT {column} {rows()} ORDER BY {order} LIMIT :limit",
                                        limit=limit, **cut._asdict())]
         _forget_history(tx, subject, found)
         if found:
@@ -85,7 +100,7 @@ def _forgotten(tx: Tx, cut: Cutoffs, limit: int) -> int:
     """Keys past the dedupe window: from now on they may be stored again."""
     return len(tx.rows(
         f"""DELETE FROM pruned_keys WHERE inbox_id = :box AND (source, source_id) IN
-                (SELECT source, source_id {_FORGOTTEN} ORDER BY until LIMIT :limit)
+                (SELECT source, source_id {_rows_of()['forgotten']} ORDER BY until LIMIT :limit)
             RETURNING 1""", limit=limit, **cut._asdict()))
 
 
@@ -93,13 +108,14 @@ def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
     """A timer's story keeps its last ``keep_done``: each occurrence adds a line."""
     return len(tx.rows(
         f"""DELETE FROM history WHERE inbox_id = :box
-                AND id IN (SELECT id {_TIMER_HISTORY} ORDER BY id LIMIT :limit)
+                AND id IN (SELECT id {_rows_of()['timer_history']} ORDER BY id LIMIT :limit)
             RETURNING 1""", limit=limit, **cut._asdict()))
 
 
 _KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
-    _events, _rows(_SENT, "id", "id", "outbox", "message"),
-    _rows(_DISPATCHES, "key", "seq", "dispatches", "dispatch"), _forgotten, _timer_history)
+    _events, _rows(lambda: _rows_of()["sent"], "id", "id", "outbox", "message"),
+    _rows(lambda: _rows_of()["dispatches"], "key", "seq", "dispatches", "dispatch"), _forgotten,
+    _timer_history)
 
 
 class Prune(Core):
@@ -108,8 +124,9 @@ class Prune(Core):
     def prunable(self, cut: Cutoffs) -> PruneCounts:
         """What :meth:`prune_step` calls would remove at these cutoffs (a dry run),
         counted in one read."""
-        counts = ", ".join(f"(SELECT COUNT(*) {rows})"
-                           for rows in (_DONE, _SENT, _DISPATCHES, _FORGOTTEN, _TIMER_HISTORY))
+        from agentbox.rules.retention import PruneCounts
+
+        counts = ", ".join(f"(SELECT COUNT(*) {rows})" for rows in _rows_of().values())
         row = self._read().one(f"SELECT {counts}", **cut._asdict())
         assert row is not None
         return PruneCounts(*(int(n) for n in row))
@@ -125,6 +142,8 @@ class Prune(Core):
         digest) or ``conflict`` (another), with the pruned event's id, and
         nothing is stored.
         """
+        from agentbox.rules.retention import PruneCounts
+
         counts: list[int] = []
         with self._locked() as (tx, _):
             left = limit

@@ -12,16 +12,18 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
-from agentbox.ledger.core import LEASE_COLUMNS, Core, lease_of
-from agentbox.ledger.engine import Reader, Tx, among
+from agentbox.ledger.core import LEASE_COLUMNS, Core, among, lease_of
 from agentbox.ledger.inbox import COLUMNS, event_of
-from agentbox.rules import inbox as rules
 from agentbox.rules.lease import holds
 from agentbox.rules.records import Event, Lease
 
 if TYPE_CHECKING:
+    from agentbox.ledger.engine import Reader, Tx
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
+
+# agentbox.rules.inbox, where what a run claims and what a failure leads to is
+# decided, is imported where it is applied: an ingest loads this part too.
 
 Candidate = tuple[int, int, int | None, str | None]  # id, attempts, claim_gen, error
 
@@ -53,6 +55,8 @@ def _candidates(tx: Tx, query: str, **params: Any) -> dict[str, list[Candidate]]
 
 def _requeue(tx: Tx, rows: list[Candidate], now: int, policy: Policy) -> None:
     """Abandoned rows go back to pending, retried after the backoff."""
+    from agentbox.rules import inbox as rules
+
     updates = []
     for event_id, attempts, old, _ in rows:
         available_at, error = rules.abandoned(old, attempts, now, policy)
@@ -67,6 +71,8 @@ def _requeue(tx: Tx, rows: list[Candidate], now: int, policy: Policy) -> None:
 
 def _bury(tx: Tx, rows: list[Candidate], now: int, policy: Policy) -> None:
     """Pending rows out of attempts go dead (the threshold is the rule's)."""
+    from agentbox.rules import inbox as rules
+
     exhausted = [(i, a, e) for i, a, _, e in rows if rules.out_of_attempts(a, policy)]
     if not exhausted:
         return
@@ -110,6 +116,8 @@ FROM inboxes i"""
 def next_work_of(reader: Reader, boxes: Collection[int], now: int) -> dict[int, int]:
     """When a run next has something to do in each inbox of ``boxes`` that has anything
     scheduled (see :func:`agentbox.rules.inbox.next_work`), in one read."""
+    from agentbox.rules import inbox as rules
+
     if not boxes:
         return {}
     chosen, params = among("b", sorted(boxes))
@@ -136,6 +144,8 @@ class Runs(Core):
         fresh ones are claimed, each attempt counted now. What the rules need is
         read once; only after requeueing or burying is it read again.
         """
+        from agentbox.rules import inbox as rules
+
         params: dict[str, Any] = {"gen": generation, "now": now, "max": policy.max_attempts,
                                   "batch": policy.max_batch}
         with self._locked() as (tx, lease):
@@ -171,6 +181,7 @@ class Runs(Core):
         event can never lose its reply or have one queued twice. False (and nothing
         written) when the lease or any event is no longer this run's; a bad answer
         raises and writes nothing."""
+
         from agentbox.ledger.approvals import request_in
         from agentbox.ledger.outbox import queue_in
         from agentbox.ledger.timers import add_in
@@ -198,6 +209,8 @@ class Runs(Core):
              policy: Policy) -> bool:
         """Record a handler error: retry after the backoff, or dead on the last attempt.
         Fenced like :meth:`finish`."""
+        from agentbox.rules import inbox as rules
+
         with self._locked() as (tx, lease):
             mine = _fenced(tx, lease, holder, generation, now, ids)
             if mine is None:
@@ -221,6 +234,8 @@ class Runs(Core):
         never moves an event towards dead; the history says ``interrupted``.
         Fenced like :meth:`finish`.
         """
+        from agentbox.rules import inbox as rules
+
         with self._locked() as (tx, lease):
             mine = _fenced(tx, lease, holder, generation, now, ids)
             if mine is None:

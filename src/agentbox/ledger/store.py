@@ -9,12 +9,14 @@ underneath (:mod:`agentbox.ledger.engine`) only stores, locks and queries,
 and turns its driver's errors into agentbox's own.
 
 Time is always an argument (``now``, integer Unix seconds): a store never
-reads the clock.
+reads the clock. Each part imports the rules it applies where it applies
+them: `agentbox ingest` runs once per webhook and loads none of the rules of
+runs, timers, approvals, the outbox or pruning.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from agentbox.ledger.approvals import Approvals
 from agentbox.ledger.inbox import Inbox
@@ -22,31 +24,12 @@ from agentbox.ledger.lease import Leases
 from agentbox.ledger.outbox import Outbox
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
+from agentbox.ledger.status import Status, Vitals
 from agentbox.ledger.timers import Timers, next_due
-from agentbox.rules.records import Lease
-from agentbox.rules.timers import Timer
 
 if TYPE_CHECKING:
     from agentbox.ledger.engine import Waiter
     from agentbox.rules.health import Check
-
-
-class Status(NamedTuple):
-    events: dict[str, int]
-    outbox: dict[str, int]
-    lease: Lease | None
-    next_timer: Timer | None
-
-
-class Vitals(NamedTuple):
-    """What an operator watches on one inbox (``inboxes``, ``metrics``, ``doctor``)."""
-
-    status: Status
-    oldest_pending: int | None  # when the oldest pending event (lowest id) arrived
-    last_run: int | None        # when a run last claimed (finding work or not)
-    last_prune: int | None      # when a prune last completed
-    last_activity: int | None   # the latest transition recorded, or the last run
-    bytes: int                  # what the inbox takes on disk (for SQLite: file + WAL)
 
 
 # (oldest pending arrival, last run, last prune, newest arrival, newest transition),

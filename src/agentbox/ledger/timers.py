@@ -8,22 +8,25 @@ are decided in :mod:`agentbox.rules.timers`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
 from agentbox.ledger.core import Core
-from agentbox.ledger.engine import Reader, Tx
 from agentbox.ledger.inbox import store_in, with_key_prefix
-from agentbox.rules import timers as rules
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import AddOutcome, Event
-from agentbox.rules.timers import Timer, TimerSpec
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Reader, Tx
+    from agentbox.rules.timers import Timer, TimerSpec
 
 _COLUMNS = ("name, due, every, payload, catch_up, event_source, event_id, done, created_at, "
             "cron, tz")
 
 
 def _timer(row: tuple[Any, ...]) -> Timer:
+    from agentbox.rules.timers import Timer
+
     name, due, every, payload, catch_up, source, event_id, done, created, cron, tz = row
     return Timer(str(name), int(due), None if every is None else int(every), str(payload),
                  str(catch_up), source, event_id, bool(done), int(created), cron, tz)
@@ -46,6 +49,8 @@ def next_due(reader: Reader) -> Timer | None:
 
 def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool) -> AddOutcome:
     """Add a timer inside the caller's transaction, as :func:`rules.on_add` allows."""
+    from agentbox.rules import timers as rules
+
     existing = _get(tx, spec.name)
     outcome = rules.on_add(existing, spec, replace)
     if outcome == "unchanged":
@@ -81,6 +86,8 @@ class Timers(Core):
 
     def remove_timer(self, name: str, now: int) -> bool:
         """Delete a timer; False if there is none. An approval's expiry is refused."""
+        from agentbox.rules import timers as rules
+
         with self._locked() as (tx, _):
             timer = _get(tx, name)
             if timer is None:
@@ -97,7 +104,9 @@ class Timers(Core):
 
     def timer_events(self, name: str) -> list[Event]:
         """The events a timer has put into the inbox (keyed ``NAME@time``), oldest first."""
-        return with_key_prefix(self._read(), rules.SOURCE, f"{name}@")
+        from agentbox.rules.timers import SOURCE
+
+        return with_key_prefix(self._read(), SOURCE, f"{name}@")
 
     def tick(self, now: int, policy: Policy | None = None) -> int:
         """One scheduler pass: each due timer's events stored and the timer moved on,
@@ -106,6 +115,8 @@ class Timers(Core):
         A pass with nothing due only reads: the inbox's lock is taken only when
         there is work, and what is due is read again under it.
         """
+        from agentbox.rules import timers as rules
+
         policy = policy or Policy()
         if not _due(self._read(), now):
             return 0

@@ -30,10 +30,10 @@ from agentbox.backends.postgres import db
 from agentbox.backends.postgres.schema import COUNTED, INGEST_SLOT
 from agentbox.backends.postgres.url import Target, parse
 from agentbox.errors import NoInbox
-from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
 
 if TYPE_CHECKING:
     from agentbox.backends.postgres.wake import InboxWaiter
+    from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
     from agentbox.rules.health import Check
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")

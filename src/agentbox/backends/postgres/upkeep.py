@@ -7,9 +7,13 @@ file of one inbox to copy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentbox.backends.postgres.schema import SCHEMA_VERSION
-from agentbox.ledger.engine import Reader
 from agentbox.rules.health import Check
+
+if TYPE_CHECKING:
+    from agentbox.ledger.engine import Reader
 
 
 def disk_bytes(reader: Reader) -> int:

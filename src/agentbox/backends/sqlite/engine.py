@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from agentbox.backends.sqlite import db
 from agentbox.backends.sqlite.schema import COUNTED
-from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
 
 if TYPE_CHECKING:
     from agentbox.backends.sqlite.wake import InboxWaiter
+    from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
     from agentbox.rules.health import Check
 
 BOX = 1  # the one inbox of a file
