@@ -32,7 +32,7 @@ from urllib.parse import unquote
 from agentbox import delivery
 from agentbox.config import Source
 from agentbox.errors import AgentboxError, BadInput, Busy, SignatureMismatch
-from agentbox.httpserver import HTTPError, Request, Response
+from agentbox.web import HTTPError, Request, Response
 
 if TYPE_CHECKING:
     from agentbox.ledger.store import Store
@@ -86,7 +86,7 @@ class WebhookApp:
     def __call__(self, request: Request) -> Response:
         if request.path == "/healthz":
             _allow(request, "GET", "HEAD")
-            return Response(200, {"status": "ok"})
+            return Response.json(200, {"status": "ok"})
         if request.path.startswith(HOOKS) and "/" not in request.path[len(HOOKS):] \
                 and len(request.path) > len(HOOKS):
             _allow(request, "POST")
@@ -124,9 +124,8 @@ class WebhookApp:
                             "missing or empty")
         now = self._clock()
         check = self._signature_check(request, source, settings, now)
-        body = request.body(self._max_payload)
         try:
-            result = delivery.accept(self.store, source, source_id, body,
+            result = delivery.accept(self.store, source, source_id, request.body,
                                      max_payload=self._max_payload, now=now, check=check,
                                      turn=self._turn)
         except SignatureMismatch as exc:
@@ -134,8 +133,10 @@ class WebhookApp:
         except BadInput as exc:
             raise HTTPError(400, str(exc)) from None
         except Busy:
+            self._log(f"a delivery for {source} waited too long for the database; "
+                      "answered 503")
             raise HTTPError(503, "the database stayed busy; try again",
-                            {"Retry-After": str(self._retry_after)}) from None
+                            [("Retry-After", str(self._retry_after))]) from None
         except AgentboxError as exc:
             self._log(f"cannot store {source}/{source_id}: {exc}")
             raise HTTPError(500, "the delivery could not be stored") from None
@@ -162,17 +163,17 @@ class WebhookApp:
 def _allow(request: Request, *methods: str) -> None:
     if request.method not in methods:
         raise HTTPError(405, f"{request.path} takes {' or '.join(methods)}",
-                        {"Allow": ", ".join(methods)})
+                        [("Allow", ", ".join(methods))])
 
 
 def _header_text(request: Request, name: str) -> str | None:
     """A header's value as the UTF-8 text its sender meant (HTTP hands over Latin-1)."""
-    value = request.header(name)
+    value = request.headers.get(name)
     if value is None:
         return None
     try:
         return value.strip().encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         raise HTTPError(400, f"the {name} header is not valid UTF-8") from None
 
 
@@ -182,5 +183,5 @@ def _outcome(result: IngestResult) -> Response:
     if result.outcome == "conflict":
         doc["error"] = (f"{result.source}/{result.source_id} is event {result.id} with a "
                         "different payload; the first stands")
-        return Response(409, doc)
-    return Response(200, doc)
+        return Response.json(409, doc)
+    return Response.json(200, doc)

@@ -27,8 +27,8 @@ def serve(
         show_default=False)] = None,
     request_timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--request-timeout", metavar="DURATION",
-        help="How long a client has to send a whole request, however it trickles "
-        "(default 10s).", show_default=False)] = None,
+        help="How long a client has to send a whole request, head and body, from its "
+        "first byte, however it trickles (default 10s).", show_default=False)] = None,
 ) -> None:
     """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
 
@@ -37,8 +37,8 @@ def serve(
     tables (id_header, secret_env, signature, signature_header). Each answer
     comes after the commit: 200 stored or duplicate, 409 conflict, 400 bad
     JSON or no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
-    GET /healthz answers 200. SIGTERM or Ctrl-C stops accepting, finishes
-    the requests under way and exits 0.
+    GET /healthz answers 200. Only errors are logged. SIGTERM or Ctrl-C
+    stops accepting, finishes the requests under way and exits 0.
     """
     import os
     import signal
@@ -75,14 +75,15 @@ def serve(
     web = WebhookApp(open_store, sources, secrets, max_payload, sess.now,
                      busy_timeout=wait, log=log)
     try:
-        server = Server(address, web, threads=threads, request_timeout=deadline, log=log)
+        server = Server(address, web, max_body=max_payload, threads=threads,
+                        request_timeout=deadline, log=log)
     except OSError as exc:
         raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
     def stop(signum: int, _frame: object) -> None:
-        if not server.stopping:
-            log(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
-        server.stop()
+        # Logged by the server's loop, not here: the signal may come while that
+        # thread, the one running this handler, is inside log().
+        server.stop(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
