@@ -93,8 +93,8 @@ class Server:
     def __init__(self, address: tuple[str, int], app: App, *, max_body: int,
                  threads: int = 16, max_connections: int = 512, max_head: int = MAX_HEAD,
                  request_timeout: float = 10.0, idle_timeout: float = 30.0,
-                 write_timeout: float = 10.0,
-                 log: Callable[[str], None] = lambda _: None) -> None:
+                 write_timeout: float = 10.0, log: Callable[[str], None] = lambda _: None,
+                 access_log: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.max_body = max_body
         self.threads = threads
@@ -104,6 +104,7 @@ class Server:
         self.idle_timeout = idle_timeout
         self.write_timeout = write_timeout
         self.log = log
+        self.access_log = access_log
         self.stopping = False
         self._why: str | None = None
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -371,6 +372,7 @@ class Server:
                 self.log(f"{request.method} {request.path}: cannot send the answer: {exc}")
                 response = _INTERNAL
                 data = _frame(conn.h11, request.method, response, True)
+            self._access(conn, response.status, len(response.body))
             if send:  # at once, rather than after the loop's next turn at the GIL
                 data = data[conn.sock.send(data):]
         except BlockingIOError:
@@ -404,6 +406,7 @@ class Server:
         except h11.LocalProtocolError:  # no answer fits where the exchange is
             self._close(conn)
             return
+        self._access(conn, status, len(response.body))
         self._answer(conn, data)
 
     def _send(self, conn: _Conn, data: bytes) -> None:
@@ -447,6 +450,12 @@ class Server:
             conn.reset(None, now + self.idle_timeout)
         if conn.state == _READ:
             self._watch(conn)
+
+    def _access(self, conn: _Conn, status: int, size: int) -> None:
+        if self.access_log is not None:
+            took = (time.monotonic() - (conn.started or time.monotonic())) * 1000
+            target = conn.target.replace("\\", "\\\\").replace('"', '\\"')  # h11 allows both
+            self.access_log(f'{conn.peer} "{conn.method} {target}" {status} {size} {took:.1f}ms')
 
 
 _INTERNAL = Response.json(500, {"error": "internal error"})

@@ -190,3 +190,19 @@ def test_no_line_per_request_unless_asked(serve: Serve) -> None:
     assert [line.split(" ", 2)[1] for line in served.lines] == ["serving", "stopping",
                                                                 "stopped"], served.lines
 
+
+def test_the_access_log_has_one_escaped_line_per_request(serve: Serve) -> None:
+    served = serve("--access-log")
+    assert served.request("GET", '/a"b?x=1').status == 404
+    assert served.post("chat", "{}", key="k").status == 200
+    raw_exchange(served.port, b"GET /healthz HTTP/1.1\r\n\r\n")  # no Host: refused unparsed
+    assert served.stop() == 0
+    import re
+
+    lines = served.lines[1:-2]
+    assert len(lines) == 3, served.lines
+    pattern = re.compile(r'agentbox: 127\.0\.0\.1 "(\S+) (\S+)" (\d{3}) (\d+) \d+\.\dms')
+    found = [pattern.fullmatch(line) for line in lines]
+    assert all(found), lines
+    assert [m.groups()[:3] for m in found if m] == [
+        ("GET", '/a\\"b?x=1', "404"), ("POST", "/hooks/chat", "200"), ("-", "-", "400")]

@@ -29,6 +29,9 @@ def serve(
         "--request-timeout", metavar="DURATION",
         help="How long a client has to send a whole request, head and body, from its "
         "first byte, however it trickles (default 10s).", show_default=False)] = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log", help="Log one line per request on stderr (method, path, status, "
+        "bytes, time).")] = False,
 ) -> None:
     """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
 
@@ -37,8 +40,9 @@ def serve(
     tables (id_header, secret_env, signature, signature_header). Each answer
     comes after the commit: 200 stored or duplicate, 409 conflict, 400 bad
     JSON or no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
-    GET /healthz answers 200. Only errors are logged. SIGTERM or Ctrl-C
-    stops accepting, finishes the requests under way and exits 0.
+    GET /healthz answers 200. Only errors are logged unless --access-log.
+    SIGTERM or Ctrl-C stops accepting, finishes the requests under way and
+    exits 0.
     """
     import os
     import signal
@@ -76,7 +80,7 @@ def serve(
                      busy_timeout=wait, log=log)
     try:
         server = Server(address, web, max_body=max_payload, threads=threads,
-                        request_timeout=deadline, log=log)
+                        request_timeout=deadline, log=log, access_log=log if access_log else None)
     except OSError as exc:
         raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
