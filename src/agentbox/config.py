@@ -18,12 +18,7 @@ delivery. A bad value of a known key stops only a command that reads that
 key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
 
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
-``[users.USER.sources.NAME]``, whose keys win)::
-
-    [sources.github]
-    id_header = "X-GitHub-Delivery"
-    secret_env = "GITHUB_WEBHOOK_SECRET"
-    signature = "github"
+``[users.USER.sources.NAME]``, whose keys win), read by :mod:`agentbox.sources`.
 """
 
 import contextlib
@@ -411,70 +406,6 @@ def unset_value(path: Path, key: str, user: str | None) -> bool:
         _known(key)
         return False
     return _rewrite(path, change)
-
-
-DEFAULT_ID_HEADER = "Idempotency-Key"
-SOURCE_KEYS = ("id_header", "secret_env", "signature", "signature_header")
-_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789"
-                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")  # an HTTP header name
-
-
-class Source(NamedTuple):
-    """How ``agentbox serve`` takes deliveries for one source."""
-
-    id_header: str = DEFAULT_ID_HEADER
-    secret_env: str | None = None  # when set, a valid signature is required
-    signature: str | None = None  # github | stripe | hmac-sha256
-    signature_header: str | None = None
-
-
-def sources(path: Path, user: str) -> dict[str, Source]:
-    """The ``[sources.NAME]`` tables in force for ``user``, checked; a bad one is a usage error.
-
-    A source no table names is served with the defaults: its id from
-    ``Idempotency-Key``, no signature.
-    """
-    doc = load(path)
-    merged: dict[str, dict[str, Any]] = {}
-    for table, where in ((doc.get("sources", {}), f"{path} [sources]"),
-                         (_table(doc, path, user).get("sources", {}),
-                          f"{path} [users.{user}.sources]")):
-        if not isinstance(table, dict):
-            raise UsageError(f"{where} must be a table of per-source tables")
-        for name, values in table.items():
-            if not isinstance(values, dict):
-                raise UsageError(f"{where}: {name} must be a table")
-            merged.setdefault(name, {}).update(values)
-    return {name: _source(name, values, f"{path} [sources.{name}]")
-            for name, values in merged.items()}
-
-
-def _source(name: str, values: Mapping[str, Any], where: str) -> Source:
-    from agentbox.rules.keys import check_delivery_key
-    from agentbox.signatures import HEADERS, KINDS
-
-    try:
-        check_delivery_key(name, "-")
-    except BadInput as exc:
-        raise UsageError(f"{where}: {exc}") from None
-    for key, value in values.items():
-        if key not in SOURCE_KEYS:
-            raise UsageError(f"{where}: unknown setting {key!r} "
-                             f"(known: {', '.join(SOURCE_KEYS)})")
-        if not isinstance(value, str) or not value:
-            raise UsageError(f"{where}: {key} must be a non-empty string")
-        if key.endswith("_header") and not set(value) <= _TOKEN:
-            raise UsageError(f"{where}: {key} {value!r} is not an HTTP header name")
-    kind, secret_env = values.get("signature"), values.get("secret_env")
-    if kind is not None and kind not in KINDS:
-        raise UsageError(f"{where}: signature must be one of {', '.join(KINDS)}, not {kind!r}")
-    if (kind is None) != (secret_env is None):
-        raise UsageError(f"{where}: signature and secret_env go together")
-    header = values.get("signature_header") or HEADERS.get(kind or "")
-    if kind is not None and header is None:
-        raise UsageError(f"{where}: signature {kind} needs signature_header, the header "
-                         "its sender puts the signature in")
-    return Source(values.get("id_header", DEFAULT_ID_HEADER), secret_env, kind, header)
 
 
 _TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone"})  # not numbers

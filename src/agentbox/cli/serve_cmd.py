@@ -35,11 +35,12 @@ def serve(
 ) -> None:
     """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
 
-    The delivery id comes from the source's id_header (default
-    Idempotency-Key); sources are set in config.toml as [sources.NAME]
-    tables (id_header, secret_env, signature, signature_header). Each answer
-    comes after the commit: 200 stored or duplicate, 409 conflict, 400 bad
-    JSON or no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
+    The delivery id comes from a header (default Idempotency-Key) or a
+    field of the JSON body, as the source's [sources.NAME] table in
+    config.toml says: preset (github, stripe), id_header, id_field,
+    secret_env, signature, signature_header, tolerance. Each answer comes
+    after the commit: 200 stored or duplicate, 409 conflict, 400 bad JSON or
+    no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
     GET /healthz answers 200. Only errors are logged unless --access-log.
     SIGTERM or Ctrl-C stops accepting, finishes the requests under way and
     exits 0.
@@ -48,7 +49,7 @@ def serve(
     import signal
     import threading
 
-    from agentbox import config, paths, render
+    from agentbox import config, paths, render, sources
     from agentbox.errors import AgentboxError, UsageError
     from agentbox.httpserver import Server
     from agentbox.serve import WebhookApp
@@ -58,9 +59,10 @@ def serve(
     deadline = duration_flag("--request-timeout", request_timeout) or DEFAULT_REQUEST_TIMEOUT
     sess = session(ctx)
     max_payload = sess.settings().policy.max_payload
-    sources = config.sources(paths.config_path(), sess.user)
+    path = paths.config_path()
+    configured = sources.configured(config.load(path), path, sess.user)
     secrets = {}
-    for name, source in sources.items():
+    for name, source in configured.items():
         if source.secret_env is not None:
             secret = os.environ.get(source.secret_env)
             if not secret:
@@ -76,7 +78,7 @@ def serve(
         with log_lock:
             render.notice(message)
 
-    web = WebhookApp(open_store, sources, secrets, max_payload, sess.now,
+    web = WebhookApp(open_store, configured, secrets, max_payload, sess.now,
                      busy_timeout=wait, log=log)
     try:
         server = Server(address, web, max_body=max_payload, threads=threads,
