@@ -18,7 +18,8 @@ delivery. A bad value of a known key stops only a command that reads that
 key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
 
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
-``[users.USER.sources.NAME]``, whose keys win), read by :mod:`agentbox.sources`.
+``[users.USER.sources.NAME]``, whose keys win), read by :mod:`agentbox.sources`;
+their keys are named ``sources.NAME.KEY`` here, for ``config get|set|unset``.
 """
 
 import contextlib
@@ -361,8 +362,24 @@ def _resolve(doc: dict[str, Any], path: Path, user: str,
 
 
 def _known(key: str) -> None:
-    if key not in KEYS:
-        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
+    from agentbox.sources import KEYS as SOURCE_KEYS
+    from agentbox.sources import split_key
+
+    named = split_key(key)
+    if named is not None and named[1] not in SOURCE_KEYS:
+        raise UsageError(f"unknown setting {named[1]!r} of a source; known: "
+                         f"{', '.join(SOURCE_KEYS)}")
+    if named is None and key not in KEYS:
+        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}, "
+                         "and sources.NAME.KEY")
+
+
+def _place(key: str) -> list[str]:
+    """Where ``key`` is written in a table: itself, or ``sources.NAME.KEY`` as three names."""
+    from agentbox.sources import split_key
+
+    named = split_key(key)
+    return [key] if named is None else ["sources", *named]
 
 
 def get_value(path: Path, key: str, user: str) -> Lookup:
@@ -372,6 +389,14 @@ def get_value(path: Path, key: str, user: str) -> Lookup:
     """
     _known(key)
     doc = load(path)
+    place = _place(key)
+    if len(place) > 1:
+        from agentbox import sources
+
+        name, field = place[1:]
+        layers = sources.tables(doc, path, user).get(name, [])
+        found = sources.resolve(name, layers, path)[1].get(field, sources.Setting(None, "default"))
+        return Lookup(key, found.value, found.origin, found.written)
     settings = _resolve(doc, path, user)
     origin = settings.origins[key]
     table = _table(doc, path, user) if origin.startswith("config [") else doc
@@ -386,20 +411,27 @@ def unset_value(path: Path, key: str, user: str | None) -> bool:
     key that is not set is not an error (a script may unset to be sure). A
     key agentbox does not know can be removed where it stands, so a typo in
     config.toml can be repaired with the command; elsewhere it is refused.
-    A user's table left empty is removed with it. No config file: nothing
-    is made.
+    A table left empty (a user's, a source's) is removed with it. No config
+    file: nothing is made.
     """
 
     def change(doc: dict[str, Any]) -> bool:
-        table = _table(doc, path, user)
-        if key not in table:
+        _table(doc, path, user)  # a [users] that is no table is refused here
+        names = ([] if user is None else ["users", user]) + _place(key)
+        chain = [doc]  # the tables from the top down to the one holding the key
+        for name in names[:-1]:
+            inner = chain[-1].get(name)
+            if not isinstance(inner, dict):
+                break
+            chain.append(inner)
+        if len(chain) < len(names) or names[-1] not in chain[-1]:
             _known(key)
             return False
-        del table[key]
-        if user is not None and not table:
-            del doc["users"][user]
-            if not doc["users"]:
-                del doc["users"]
+        del chain[-1][names[-1]]
+        for outer, inner, name in reversed(list(zip(chain, chain[1:], names, strict=False))):
+            if inner:
+                break
+            del outer[name]
         return True
 
     if not os.path.lexists(path):
@@ -432,6 +464,28 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     never lose each other's changes.
     """
     _known(key)
+    place = _place(key)
+    try:
+        raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
+    except UnicodeEncodeError:
+        raise UsageError(f"{key}: the value is not valid UTF-8") from None
+    value = _checked(key, raw) if len(place) == 1 else _checked_source(place[1], place[2], raw)
+
+    def change(doc: dict[str, Any]) -> bool:
+        table = _table(doc, path, user, make=True)
+        for name in place[:-1]:
+            table = table.setdefault(name, {})
+            if not isinstance(table, dict):
+                raise UsageError(f"{path}: [{name}] must be a table")
+        table[place[-1]] = value
+        return True
+
+    _rewrite(path, change)
+    return value
+
+
+def _checked(key: str, raw: str) -> Any:
+    """``raw`` as ``key`` is stored: a number, a command's argv, or the text; checked."""
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     if KEYS[key].parse is parse_command and raw.lstrip().startswith("["):
         value = _json_argv(key, raw)  # a command given as a JSON array is kept as a list
@@ -440,17 +494,18 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
         check = KEYS[key].check
         if check is not None:
             check(value)
-        raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
     except BadInput as exc:
         raise UsageError(f"{key}: {exc}") from None
-    except UnicodeEncodeError:
-        raise UsageError(f"{key}: the value is not valid UTF-8") from None
+    return value
 
-    def change(doc: dict[str, Any]) -> bool:
-        _table(doc, path, user, make=True)[key] = value
-        return True
 
-    _rewrite(path, change)
+def _checked_source(name: str, key: str, raw: str) -> Any:
+    """``raw`` as a source's ``key`` is stored (text; a tolerance may be seconds); checked."""
+    from agentbox import sources
+
+    sources.check_name(name, f"sources.{name}")
+    value: Any = int(raw) if key == "tolerance" and raw.isascii() and raw.isdigit() else raw
+    sources.parse_value(key, value, f"sources.{name}")
     return value
 
 

@@ -36,14 +36,14 @@ def serve(
     """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
 
     The delivery id comes from a header (default Idempotency-Key) or a
-    field of the JSON body, as the source's [sources.NAME] table in
-    config.toml says: preset (github, stripe), id_header, id_field,
-    secret_env, signature, signature_header, tolerance. Each answer comes
-    after the commit: 200 stored or duplicate, 409 conflict, 400 bad JSON or
-    no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
-    GET /healthz answers 200. Only errors are logged unless --access-log.
-    SIGTERM or Ctrl-C stops accepting, finishes the requests under way and
-    exits 0.
+    field of the JSON body, as the source's table says; set one with
+    `agentbox config set sources.NAME.KEY VALUE`, KEY one of preset
+    (github, stripe), id_header, id_field, secret_env, signature,
+    signature_header, tolerance. Each answer comes after the commit: 200
+    stored or duplicate, 409 conflict, 400 bad JSON or no id, 401 bad
+    signature, 413 too large, 503 busy (Retry-After). GET /healthz answers
+    200. Only errors are logged unless --access-log. SIGTERM or Ctrl-C stops
+    accepting, finishes the requests under way and exits 0.
     """
     import os
     import signal
