@@ -11,7 +11,11 @@ each request (p50, p99), against:
 * `programs/raw_serve.py`: http.server's ThreadingHTTPServer on HTTP/1.1 with
   a sqlite3 connection per thread, storing the same body under the same key
   in a plain table (WAL, synchronous=FULL), one transaction per request,
-  with no checks at all (the target is at least 0.7 of its rate).
+  with no checks at all (the target is at least 0.7 of its rate);
+* `programs/serve_before_h11.py`: the same `agentbox serve`, application and
+  store on the hand-written HTTP server it had before h11
+  (`programs/httpserver_before_h11.py`): what the rebuild costs or saves
+  (the target is at least 0.9 of its rate, and latencies within 1.25 times).
 
 Every side starts from a fresh inbox and is started before its clock runs.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 from benchlib import (
     PROGRAMS,
     Homes,
+    Row,
     console_script,
     interleaved,
     median,
@@ -101,8 +106,11 @@ def drive(port: int, count: int) -> Load:
     return Load(count, time.perf_counter() - start, latencies, errors[0])
 
 
-def start_agentbox(env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([str(console_script()), "serve", "--listen", "127.0.0.1:0"],
+def start_agentbox(env: dict[str, str], before: bool = False) -> tuple[subprocess.Popen[str], int]:
+    """`agentbox serve` (``before``: on the HTTP server it had before h11); its port."""
+    argv = ([sys.executable, str(PROGRAMS / "serve_before_h11.py")] if before
+            else [str(console_script())])
+    proc = subprocess.Popen([*argv, "serve", "--listen", "127.0.0.1:0"],
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -163,6 +171,7 @@ def main() -> None:
     count, per_proc, rounds = (400, 40, 1) if args.quick else (5_000, 300, 3)
     subject: list[Load] = []
     bare: list[Load] = []
+    old: list[Load] = []
     ingest_errors = [0]
     with workdir(args, "serve") as root:
         warn_if_memory(root)
@@ -172,31 +181,43 @@ def main() -> None:
         # warm-up: bytecode caches and the page cache, for every side alike
         served(lambda: start_agentbox(homes.agentbox()), CLIENTS, [])
         served(lambda: start_raw(homes.inbox().with_name("raw.sqlite3"), homes.env), CLIENTS, [])
+        served(lambda: start_agentbox(homes.agentbox(), before=True), CLIENTS, [])
         rates = interleaved(rounds, {
             "serve": lambda: served(lambda: start_agentbox(homes.agentbox()), count, subject),
+            "before": lambda: served(lambda: start_agentbox(homes.agentbox(), before=True),
+                                     count, old),
             "raw": lambda: served(
                 lambda: start_raw(homes.inbox().with_name("raw.sqlite3"), homes.env),
                 count, bare),
             "ingest": lambda: per_process(homes, per_proc, ingest_errors),
         })
     p50, p99 = median([x.p50 for x in subject]), median([x.p99 for x in subject])
-    raw_p50, raw_p99 = median([x.p50 for x in bare]), median([x.p99 for x in bare])
     serve_errors = sum(x.errors for x in subject)
-    latency = (f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms "
-               f"(bare server: p50 {raw_p50 * 1000:.1f} ms, p99 {raw_p99 * 1000:.1f} ms)")
+    latency = f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; median of {rounds} round(s)"
     report([
         rate_row(f"serve: {CLIENTS} clients, agentbox serve vs one agentbox ingest process "
                  "per delivery", median(rates["serve"]), median(rates["ingest"]), 20,
-                 unit="req/s", note=f"{latency}; median of {rounds} round(s)",
-                 errors=serve_errors + ingest_errors[0]),
-        rate_row(f"serve: {CLIENTS} clients, agentbox serve vs bare http.server + sqlite3",
-                 median(rates["serve"]), median(rates["raw"]), 0.7, unit="req/s",
-                 note=latency, errors=serve_errors + sum(x.errors for x in bare)),
-        time_row("serve: p50 latency, agentbox serve vs bare http.server + sqlite3", p50,
-                 raw_p50, 1.5),
-        time_row("serve: p99 latency, agentbox serve vs bare http.server + sqlite3", p99,
-                 raw_p99, 2.0),
+                 unit="req/s", note=latency, errors=serve_errors + ingest_errors[0]),
+        *against("agentbox serve vs bare http.server + sqlite3", "bare server", subject,
+                 rates["serve"], bare, rates["raw"], (0.7, 1.5, 2.0)),
+        *against("HTTP on h11 vs the hand-written server before it", "before", subject,
+                 rates["serve"], old, rates["before"], (0.9, 1.25, 1.25)),
     ], args)
+
+
+def against(versus: str, label: str, subject: list[Load], rates: list[float],
+            baseline: list[Load], base_rates: list[float],
+            targets: tuple[float, float, float]) -> list[Row]:
+    """The rate, p50 and p99 rows of agentbox serve against one baseline of the same run."""
+    p50, p99 = median([x.p50 for x in subject]), median([x.p99 for x in subject])
+    base_p50, base_p99 = median([x.p50 for x in baseline]), median([x.p99 for x in baseline])
+    note = (f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms ({label}: p50 "
+            f"{base_p50 * 1000:.1f} ms, p99 {base_p99 * 1000:.1f} ms)")
+    errors = sum(x.errors for x in subject) + sum(x.errors for x in baseline)
+    return [rate_row(f"serve: {CLIENTS} clients, {versus}", median(rates), median(base_rates),
+                     targets[0], unit="req/s", note=note, errors=errors),
+            time_row(f"serve: p50 latency, {versus}", p50, base_p50, targets[1]),
+            time_row(f"serve: p99 latency, {versus}", p99, base_p99, targets[2])]
 
 
 if __name__ == "__main__":

@@ -18,12 +18,8 @@ delivery. A bad value of a known key stops only a command that reads that
 key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
 
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
-``[users.USER.sources.NAME]``, whose keys win)::
-
-    [sources.github]
-    id_header = "X-GitHub-Delivery"
-    secret_env = "GITHUB_WEBHOOK_SECRET"
-    signature = "github"
+``[users.USER.sources.NAME]``, whose keys win), read by :mod:`agentbox.sources`;
+their keys are named ``sources.NAME.KEY`` here, for ``config get|set|unset``.
 """
 
 import contextlib
@@ -366,8 +362,24 @@ def _resolve(doc: dict[str, Any], path: Path, user: str,
 
 
 def _known(key: str) -> None:
-    if key not in KEYS:
-        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}")
+    from agentbox.sources import KEYS as SOURCE_KEYS
+    from agentbox.sources import split_key
+
+    named = split_key(key)
+    if named is not None and named[1] not in SOURCE_KEYS:
+        raise UsageError(f"unknown setting {named[1]!r} of a source; known: "
+                         f"{', '.join(SOURCE_KEYS)}")
+    if named is None and key not in KEYS:
+        raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}, "
+                         "and sources.NAME.KEY")
+
+
+def _place(key: str) -> list[str]:
+    """Where ``key`` is written in a table: itself, or ``sources.NAME.KEY`` as three names."""
+    from agentbox.sources import split_key
+
+    named = split_key(key)
+    return [key] if named is None else ["sources", *named]
 
 
 def get_value(path: Path, key: str, user: str) -> Lookup:
@@ -377,6 +389,14 @@ def get_value(path: Path, key: str, user: str) -> Lookup:
     """
     _known(key)
     doc = load(path)
+    place = _place(key)
+    if len(place) > 1:
+        from agentbox import sources
+
+        name, field = place[1:]
+        layers = sources.tables(doc, path, user).get(name, [])
+        found = sources.resolve(name, layers, path)[1].get(field, sources.Setting(None, "default"))
+        return Lookup(key, found.value, found.origin, found.written)
     settings = _resolve(doc, path, user)
     origin = settings.origins[key]
     table = _table(doc, path, user) if origin.startswith("config [") else doc
@@ -391,90 +411,33 @@ def unset_value(path: Path, key: str, user: str | None) -> bool:
     key that is not set is not an error (a script may unset to be sure). A
     key agentbox does not know can be removed where it stands, so a typo in
     config.toml can be repaired with the command; elsewhere it is refused.
-    A user's table left empty is removed with it. No config file: nothing
-    is made.
+    A table left empty (a user's, a source's) is removed with it. No config
+    file: nothing is made.
     """
 
     def change(doc: dict[str, Any]) -> bool:
-        table = _table(doc, path, user)
-        if key not in table:
+        _table(doc, path, user)  # a [users] that is no table is refused here
+        names = ([] if user is None else ["users", user]) + _place(key)
+        chain = [doc]  # the tables from the top down to the one holding the key
+        for name in names[:-1]:
+            inner = chain[-1].get(name)
+            if not isinstance(inner, dict):
+                break
+            chain.append(inner)
+        if len(chain) < len(names) or names[-1] not in chain[-1]:
             _known(key)
             return False
-        del table[key]
-        if user is not None and not table:
-            del doc["users"][user]
-            if not doc["users"]:
-                del doc["users"]
+        del chain[-1][names[-1]]
+        for outer, inner, name in reversed(list(zip(chain, chain[1:], names, strict=False))):
+            if inner:
+                break
+            del outer[name]
         return True
 
     if not os.path.lexists(path):
         _known(key)
         return False
     return _rewrite(path, change)
-
-
-DEFAULT_ID_HEADER = "Idempotency-Key"
-SOURCE_KEYS = ("id_header", "secret_env", "signature", "signature_header")
-_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789"
-                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")  # an HTTP header name
-
-
-class Source(NamedTuple):
-    """How ``agentbox serve`` takes deliveries for one source."""
-
-    id_header: str = DEFAULT_ID_HEADER
-    secret_env: str | None = None  # when set, a valid signature is required
-    signature: str | None = None  # github | stripe | hmac-sha256
-    signature_header: str | None = None
-
-
-def sources(path: Path, user: str) -> dict[str, Source]:
-    """The ``[sources.NAME]`` tables in force for ``user``, checked; a bad one is a usage error.
-
-    A source no table names is served with the defaults: its id from
-    ``Idempotency-Key``, no signature.
-    """
-    doc = load(path)
-    merged: dict[str, dict[str, Any]] = {}
-    for table, where in ((doc.get("sources", {}), f"{path} [sources]"),
-                         (_table(doc, path, user).get("sources", {}),
-                          f"{path} [users.{user}.sources]")):
-        if not isinstance(table, dict):
-            raise UsageError(f"{where} must be a table of per-source tables")
-        for name, values in table.items():
-            if not isinstance(values, dict):
-                raise UsageError(f"{where}: {name} must be a table")
-            merged.setdefault(name, {}).update(values)
-    return {name: _source(name, values, f"{path} [sources.{name}]")
-            for name, values in merged.items()}
-
-
-def _source(name: str, values: Mapping[str, Any], where: str) -> Source:
-    from agentbox.rules.keys import check_delivery_key
-    from agentbox.signatures import HEADERS, KINDS
-
-    try:
-        check_delivery_key(name, "-")
-    except BadInput as exc:
-        raise UsageError(f"{where}: {exc}") from None
-    for key, value in values.items():
-        if key not in SOURCE_KEYS:
-            raise UsageError(f"{where}: unknown setting {key!r} "
-                             f"(known: {', '.join(SOURCE_KEYS)})")
-        if not isinstance(value, str) or not value:
-            raise UsageError(f"{where}: {key} must be a non-empty string")
-        if key.endswith("_header") and not set(value) <= _TOKEN:
-            raise UsageError(f"{where}: {key} {value!r} is not an HTTP header name")
-    kind, secret_env = values.get("signature"), values.get("secret_env")
-    if kind is not None and kind not in KINDS:
-        raise UsageError(f"{where}: signature must be one of {', '.join(KINDS)}, not {kind!r}")
-    if (kind is None) != (secret_env is None):
-        raise UsageError(f"{where}: signature and secret_env go together")
-    header = values.get("signature_header") or HEADERS.get(kind or "")
-    if kind is not None and header is None:
-        raise UsageError(f"{where}: signature {kind} needs signature_header, the header "
-                         "its sender puts the signature in")
-    return Source(values.get("id_header", DEFAULT_ID_HEADER), secret_env, kind, header)
 
 
 _TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone"})  # not numbers
@@ -501,6 +464,28 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     never lose each other's changes.
     """
     _known(key)
+    place = _place(key)
+    try:
+        raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
+    except UnicodeEncodeError:
+        raise UsageError(f"{key}: the value is not valid UTF-8") from None
+    value = _checked(key, raw) if len(place) == 1 else _checked_source(place[1], place[2], raw)
+
+    def change(doc: dict[str, Any]) -> bool:
+        table = _table(doc, path, user, make=True)
+        for name in place[:-1]:
+            table = table.setdefault(name, {})
+            if not isinstance(table, dict):
+                raise UsageError(f"{path}: [{name}] must be a table")
+        table[place[-1]] = value
+        return True
+
+    _rewrite(path, change)
+    return value
+
+
+def _checked(key: str, raw: str) -> Any:
+    """``raw`` as ``key`` is stored: a number, a command's argv, or the text; checked."""
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     if KEYS[key].parse is parse_command and raw.lstrip().startswith("["):
         value = _json_argv(key, raw)  # a command given as a JSON array is kept as a list
@@ -509,17 +494,18 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
         check = KEYS[key].check
         if check is not None:
             check(value)
-        raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
     except BadInput as exc:
         raise UsageError(f"{key}: {exc}") from None
-    except UnicodeEncodeError:
-        raise UsageError(f"{key}: the value is not valid UTF-8") from None
+    return value
 
-    def change(doc: dict[str, Any]) -> bool:
-        _table(doc, path, user, make=True)[key] = value
-        return True
 
-    _rewrite(path, change)
+def _checked_source(name: str, key: str, raw: str) -> Any:
+    """``raw`` as a source's ``key`` is stored (text; a tolerance may be seconds); checked."""
+    from agentbox import sources
+
+    sources.check_name(name, f"sources.{name}")
+    value: Any = int(raw) if key == "tolerance" and raw.isascii() and raw.isdigit() else raw
+    sources.parse_value(key, value, f"sources.{name}")
     return value
 
 

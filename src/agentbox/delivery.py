@@ -10,7 +10,8 @@ one place whatever carried the delivery:
    beyond it;
 3. it must parse as strict JSON (valid UTF-8, no NaN, no duplicate keys)
    and be an object at most ``MAX_DEPTH`` levels deep;
-4. the key is checked, and the sources agentbox writes itself are refused;
+4. the key is checked (an id given apart before the body is parsed, one
+   found in the body after), and the sources agentbox writes itself are refused;
 5. the canonical payload is stored, once.
 
 The front ends (the CLI and the HTTP server) only carry bytes here and turn
@@ -22,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from agentbox.errors import BadInput
 
@@ -71,23 +72,37 @@ def read_bounded(stream: IO[bytes], limit: int, what: str = "payload") -> bytes:
     return b"".join(chunks)
 
 
-def admit(source: str, source_id: str, body: bytes, max_payload: int,
-          check: Check | None = None) -> str:
-    """The canonical payload of one delivery whose raw body is ``body``, or an error.
+# A delivery's id: given apart from the body, or found in the parsed body by a function
+# (which raises BadInput when it is not there).
+SourceId = str | Callable[[dict[str, Any]], str]
+
+
+def admit(source: str, source_id: SourceId, body: bytes, max_payload: int,
+          check: Check | None = None) -> tuple[str, str]:
+    """The id and canonical payload of one delivery whose raw body is ``body``, or an error.
 
     ``check`` is a signature not yet fed the body; it is verified first, so a
-    forged delivery learns nothing about what the payload rules would say.
+    forged delivery learns nothing about what the payload rules would say,
+    nor whether its id is there.
     """
-    from agentbox.jsonutil import parse_payload
+    from agentbox.jsonutil import canonical_object, loads_strict, parse_payload
 
     if check is not None:
         check.update(body)
         check.verify()
-    check_key(source, source_id)
-    return parse_payload(body, max_payload)
+    if isinstance(source_id, str):
+        check_key(source, source_id)
+        return source_id, parse_payload(body, max_payload)
+    if len(body) > max_payload:
+        raise BadInput(f"payload is {len(body)} bytes, over the {max_payload}-byte limit")
+    value = loads_strict(body)
+    payload = canonical_object(value)
+    found = source_id(value)
+    check_key(source, found)
+    return found, payload
 
 
-def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes, *,
+def accept(store: Callable[[], Store], source: str, source_id: SourceId, body: bytes, *,
            max_payload: int, now: int, check: Check | None = None,
            turn: AbstractContextManager[object] | None = None) -> IngestResult:
     """Check one delivery and store it: stored, duplicate or conflict.
@@ -96,9 +111,9 @@ def accept(store: Callable[[], Store], source: str, source_id: str, body: bytes,
     refused one never opens (or creates) an inbox. ``turn``, if given, is
     held around the write alone (a server's threads take turns there).
     """
-    payload = admit(source, source_id, body, max_payload, check)
+    found, payload = admit(source, source_id, body, max_payload, check)
     with turn or contextlib.nullcontext():
-        return store().ingest(source, source_id, payload, now)
+        return store().ingest(source, found, payload, now)
 
 
 def accept_lines(store: Callable[[], Store], stream: IO[bytes], *, max_payload: int, now: int,

@@ -6,7 +6,9 @@ as ``agentbox ingest``, and is answered only once its transaction committed:
 
 ====  =====================================================================
 200   ``{"outcome": "stored"|"duplicate", "id", "source", "source_id"}``
-400   not a JSON object (or too deep, not UTF-8, …), or no delivery id
+400   not a JSON object (or too deep, not UTF-8, …), no delivery id (its
+      header missing, empty or repeated; its body field missing or no
+      string), or a malformed request
 401   a required signature is missing or does not match
 403   a source agentbox writes itself (``approval``, ``timer``)
 404   no such route; 405 a route that does not take this method
@@ -15,6 +17,10 @@ as ``agentbox ingest``, and is answered only once its transaction committed:
 413   a body over ``max_payload``
 503   the database stayed busy (with ``Retry-After``)
 ====  =====================================================================
+
+A source's delivery id comes from a header or from a field of the JSON body
+(:mod:`agentbox.sources`); either way a required signature is checked over
+the raw bytes before anything is parsed.
 
 The server (:mod:`agentbox.httpserver`) runs the application in a bounded pool
 of threads; each thread has its own store, made by the factory it was given,
@@ -30,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from agentbox import delivery
-from agentbox.config import Source
 from agentbox.errors import AgentboxError, BadInput, Busy, SignatureMismatch
-from agentbox.httpserver import HTTPError, Request, Response
+from agentbox.jsonutil import type_name
+from agentbox.sources import Source
+from agentbox.web import HTTPError, Request, Response
 
 if TYPE_CHECKING:
     from agentbox.ledger.store import Store
@@ -86,7 +93,7 @@ class WebhookApp:
     def __call__(self, request: Request) -> Response:
         if request.path == "/healthz":
             _allow(request, "GET", "HEAD")
-            return Response(200, {"status": "ok"})
+            return Response.json(200, {"status": "ok"})
         if request.path.startswith(HOOKS) and "/" not in request.path[len(HOOKS):] \
                 and len(request.path) > len(HOOKS):
             _allow(request, "POST")
@@ -118,15 +125,20 @@ class WebhookApp:
         if delivery.is_reserved(source):
             raise HTTPError(403, f"source {source!r} is agentbox's own; it takes no deliveries")
         settings = self._sources.get(source, Source())
-        source_id = _header_text(request, settings.id_header)
-        if not source_id:
-            raise HTTPError(400, f"no delivery id: the {settings.id_header} header is "
-                            "missing or empty")
+        source_id: delivery.SourceId
+        if settings.id_field is not None:
+            source_id = _field_reader(settings.id_field)
+        else:
+            assert settings.id_header is not None
+            header = _header_text(request, settings.id_header)
+            if not header:
+                raise HTTPError(400, f"no delivery id: the {settings.id_header} header is "
+                                "missing or empty")
+            source_id = header
         now = self._clock()
         check = self._signature_check(request, source, settings, now)
-        body = request.body(self._max_payload)
         try:
-            result = delivery.accept(self.store, source, source_id, body,
+            result = delivery.accept(self.store, source, source_id, request.body,
                                      max_payload=self._max_payload, now=now, check=check,
                                      turn=self._turn)
         except SignatureMismatch as exc:
@@ -134,10 +146,12 @@ class WebhookApp:
         except BadInput as exc:
             raise HTTPError(400, str(exc)) from None
         except Busy:
+            self._log(f"a delivery for {source} waited too long for the database; "
+                      "answered 503")
             raise HTTPError(503, "the database stayed busy; try again",
-                            {"Retry-After": str(self._retry_after)}) from None
+                            [("Retry-After", str(self._retry_after))]) from None
         except AgentboxError as exc:
-            self._log(f"cannot store {source}/{source_id}: {exc}")
+            self._log(f"cannot store a delivery for {source}: {exc}")
             raise HTTPError(500, "the delivery could not be stored") from None
         return _outcome(result)
 
@@ -146,7 +160,7 @@ class WebhookApp:
         """The check a delivery's body must pass, made before the body is read."""
         if settings.signature is None:
             return None
-        from agentbox.signatures import Check
+        from agentbox.signatures import STRIPE_TOLERANCE, Check
 
         assert settings.signature_header is not None
         given = _header_text(request, settings.signature_header)
@@ -154,7 +168,8 @@ class WebhookApp:
             raise HTTPError(401, f"a signature is required: the {settings.signature_header} "
                             "header is missing")
         try:
-            return Check(given, self._secrets[source], now, settings.signature)
+            return Check(given, self._secrets[source], now, settings.signature,
+                         settings.tolerance or STRIPE_TOLERANCE)
         except SignatureMismatch as exc:
             raise HTTPError(401, str(exc)) from None
 
@@ -162,18 +177,44 @@ class WebhookApp:
 def _allow(request: Request, *methods: str) -> None:
     if request.method not in methods:
         raise HTTPError(405, f"{request.path} takes {' or '.join(methods)}",
-                        {"Allow": ", ".join(methods)})
+                        [("Allow", ", ".join(methods))])
 
 
 def _header_text(request: Request, name: str) -> str | None:
-    """A header's value as the UTF-8 text its sender meant (HTTP hands over Latin-1)."""
-    value = request.header(name)
-    if value is None:
+    """A header's value as the UTF-8 text its sender meant (HTTP hands over Latin-1).
+
+    An id or a signature is one value: the header given twice is refused,
+    rather than one of its values picked.
+    """
+    values = request.headers.get_all(name)
+    if not values:
         return None
+    if len(values) > 1:
+        raise HTTPError(400, f"the {name} header is given more than once")
     try:
-        return value.strip().encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
+        return values[0].strip().encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
         raise HTTPError(400, f"the {name} header is not valid UTF-8") from None
+
+
+def _field_reader(path: str) -> Callable[[dict[str, Any]], str]:
+    """Finds the delivery id at ``path`` (``a.b``: field b of object a) in a parsed body."""
+    names = path.split(".")
+
+    def find(payload: dict[str, Any]) -> str:
+        value: Any = payload
+        for name in names:
+            if not isinstance(value, dict) or name not in value:
+                raise BadInput(f"no delivery id: the body has no field {path!r}")
+            value = value[name]
+        if not isinstance(value, str):
+            raise BadInput(f"no delivery id: the body's field {path!r} is "
+                           f"{type_name(value)}, not a string")
+        if not value:
+            raise BadInput(f"no delivery id: the body's field {path!r} is empty")
+        return value
+
+    return find
 
 
 def _outcome(result: IngestResult) -> Response:
@@ -182,5 +223,5 @@ def _outcome(result: IngestResult) -> Response:
     if result.outcome == "conflict":
         doc["error"] = (f"{result.source}/{result.source_id} is event {result.id} with a "
                         "different payload; the first stands")
-        return Response(409, doc)
-    return Response(200, doc)
+        return Response.json(409, doc)
+    return Response.json(200, doc)

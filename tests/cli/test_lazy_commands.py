@@ -39,7 +39,8 @@ def test_an_unknown_word_builds_everything_so_the_error_can_say_so(cli: Cli) -> 
 
 
 # What serve needs, and the PostgreSQL driver: a SQLite ingest loads none of it.
-NOT_FOR_INGEST = ("agentbox.httpserver", "agentbox.serve", "http", "socket", "email",
+NOT_FOR_INGEST = ("agentbox.httpserver", "agentbox.serve", "agentbox.web", "agentbox.sources",
+                  "h11", "http", "socket", "email",
                   "socketserver", "concurrent", "psycopg")
 
 

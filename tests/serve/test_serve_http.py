@@ -17,7 +17,7 @@ import pytest
 from agentbox.jsonutil import MAX_DEPTH
 from support.clock import T0_2023
 from support.processes import wait_for
-from support.serving import Served
+from support.serving import Served, events, raw_exchange, read_all
 
 pytestmark = pytest.mark.slow
 
@@ -25,32 +25,6 @@ Serve = Callable[..., Served]
 GITHUB_SECRET = "It's a Secret to Everybody"
 # GitHub's published example: this secret, the body "Hello, World!", this signature.
 GITHUB_VECTOR = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
-
-
-def events(inbox_path: Path) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(inbox_path)
-    try:
-        return conn.execute("SELECT id, source, source_id, payload FROM events "
-                            "ORDER BY id").fetchall()
-    finally:
-        conn.close()
-
-
-def raw_exchange(served: Served, data: bytes, read_timeout: float = 30) -> bytes:
-    """Send raw bytes on a fresh connection; everything the server answers before closing."""
-    with socket.create_connection(("127.0.0.1", served.port), timeout=read_timeout) as sock:
-        sock.sendall(data)
-        return _read_all(sock)
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    try:
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    except ConnectionResetError:
-        pass
-    return b"".join(chunks)
 
 
 def test_stored_duplicate_conflict(serve: Serve, inbox_path: Path) -> None:
@@ -141,7 +115,7 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body(
     assert over.status == 413 and "1000-byte limit" in over.doc["error"]
     # A billion bytes declared and none sent: the answer comes without waiting for them.
     started = time.monotonic()
-    answer = raw_exchange(served, b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\n"
+    answer = raw_exchange(served.port, b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\n"
                           b"Idempotency-Key: 3\r\nContent-Length: 1000000000\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert b"Connection: close" in answer
@@ -159,13 +133,13 @@ def test_a_chunked_body_is_refused_once_past_the_bound(
                 b"Idempotency-Key: " + key.encode() + b"\r\n\r\n")
         return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts)
 
-    ok = raw_exchange(served, chunked(b'{"a":', b' "b"}', b"", key="small")
+    ok = raw_exchange(served.port, chunked(b'{"a":', b' "b"}', b"", key="small")
                       .replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n", 1))
     assert ok.startswith(b"HTTP/1.1 200 "), ok
     # Over the bound in the third chunk, with no end ever sent: refused all the same.
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(chunked(b'{"pad": "', b"x" * 600, b"x" * 600, key="big"))
-        answer = _read_all(sock)
+        answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert [row[2] for row in events(inbox_path)] == ["small"]
 
@@ -291,7 +265,7 @@ def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox_path: Path
     one = (b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %d\r\n"
            b"Content-Length: 2\r\n\r\n{}")
     last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    answer = raw_exchange(served, one % 1 + one % 2 + one % 1 + last)
+    answer = raw_exchange(served.port, one % 1 + one % 2 + one % 1 + last)
     assert answer.count(b"HTTP/1.1 200 OK") == 4, answer
     assert answer.index(b'"stored"') < answer.index(b'"duplicate"')
     assert [row[2] for row in events(inbox_path)] == ["1", "2"]
@@ -331,7 +305,7 @@ def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox_path: Path) -> No
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: s\r\n"
                      b"Content-Length: 100\r\n\r\n{\"a\":")
-        answer = _read_all(sock)
+        answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert served.post("chat", "{}", key="after").status == 200
     assert [row[2] for row in events(inbox_path)] == ["after"]
@@ -344,10 +318,11 @@ def test_malformed_requests_get_an_answer_not_a_hang(serve: Serve) -> None:
                           b"Transfer-Encoding: chunked\r\nIdempotency-Key: a\r\n\r\n", b"400"),
                          (b"POST /hooks/x HTTP/1.1\r\nContent-Length: -1\r\n"
                           b"Idempotency-Key: a\r\n\r\n", b"400"),
-                         (b"GET /healthz HTTP/1.1\r\n" + b"X-Pad: " + b"p" * 70_000 + b"\r\n\r\n",
-                          b"431"),
+                         (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"p" * 70_000
+                          + b"\r\n\r\n", b"431"),
+                         (b"GET /healthz HTTP/1.1\r\n\r\n", b"400"),  # HTTP/1.1 requires Host
                          (b"GET /healthz HTTP/9.9\r\n\r\n", b"505")):
-        answer = raw_exchange(served, data)
+        answer = raw_exchange(served.port, data)
         assert answer.split(b" ")[1] == status, (data[:40], answer)
     assert served.request("GET", "/healthz").status == 200
 
@@ -407,7 +382,7 @@ def test_stopping_finishes_the_request_under_way_then_exits_0(
         wait_for(refused, "the server to stop accepting", timeout=30)
         assert served.proc.poll() is None, "it left before answering the request under way"
         sock.sendall(body[5:])
-        answer = _read_all(sock)
+        answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     assert b"Connection: close" in answer
     assert served.proc.wait(timeout=30) == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -19,6 +21,34 @@ from support.clock import T0_2023
 from support.processes import proc_env, wait_for
 
 _SERVING = re.compile(r"on http://127\.0\.0\.1:(\d+)/")
+
+
+def events(inbox_path: Path) -> list[tuple[Any, ...]]:
+    """Every stored event's id, source, source id and payload, in order."""
+    conn = sqlite3.connect(inbox_path)
+    try:
+        return conn.execute("SELECT id, source, source_id, payload FROM events "
+                            "ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def raw_exchange(port: int, data: bytes, read_timeout: float = 30) -> bytes:
+    """Send raw bytes on a fresh connection; everything the server answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as sock:
+        sock.sendall(data)
+        return read_all(sock)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """What ``sock`` receives until the server closes it (a reset ends it too)."""
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
 
 
 @dataclass

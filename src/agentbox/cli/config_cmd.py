@@ -40,17 +40,24 @@ def config_path() -> None:
 
 @config_app.command("show")
 def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """The settings in force for this user, and where each comes from."""
+    """The settings in force for this user, and where each comes from.
+
+    The webhook sources config.toml names follow, as sources.NAME.KEY.
+    """
     _show(ctx, as_json)
 
 
 def _show(ctx: typer.Context, as_json: bool) -> None:
-    from agentbox import render
-    from agentbox.config import KEYS, described
+    from agentbox import config, paths, render, sources
 
-    settings = session(ctx).settings()
+    sess = session(ctx)
+    settings = sess.settings()
     rows = [{"key": key, "value": settings.value(key), "origin": settings.origins[key],
-             "help": described(key)} for key in KEYS]
+             "help": config.described(key)} for key in config.KEYS]
+    path = paths.config_path()
+    for name, keys in sources.in_force(config.load(path), path, sess.user).items():
+        rows += [{"key": f"sources.{name}.{key}", "value": found.value, "origin": found.origin,
+                  "help": sources.KEYS[key].help} for key, found in keys.items()]
     render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings",
                    text=["value", "help"])
 
@@ -108,8 +115,11 @@ def config_set(
     """Write one setting into config.toml (this user's table unless --all-users).
 
     The value is checked first; a bad one is refused (exit 2) and nothing is written.
+    A webhook source's key is sources.NAME.KEY (see `agentbox serve --help`);
+    a source table that is not complete yet is said on stderr.
     """
     from agentbox import config, paths, render
+    from agentbox.errors import UsageError
 
     sess = session(ctx)
     user = None if all_users else sess.user
@@ -117,9 +127,14 @@ def config_set(
     stored = config.set_value(path, key, value, user)
     if as_json:
         render.document({"key": key, "value": stored, "user": user, "path": str(path)})
-        return
-    scope = "all users" if user is None else f"user {user}"
-    render.line(f"{key} = {stored!r} for {scope} in {path}")
+    else:
+        scope = "all users" if user is None else f"user {user}"
+        render.line(f"{key} = {stored!r} for {scope} in {path}")
+    if key.startswith("sources."):
+        try:
+            config.get_value(path, key, sess.user)
+        except UsageError as exc:  # a table is written one key at a time: not an error yet
+            render.notice(f"serve will not start until this is settled: {exc}")
 
 
 @config_app.command("unset")
@@ -138,7 +153,7 @@ def config_unset(ctx: typer.Context, key: KeyArg, all_users: AllUsersFlag = Fals
     path = paths.config_path()
     removed = config.unset_value(path, key, user)
     now: config.Lookup | None = None
-    if key in config.KEYS:
+    if key in config.KEYS or key.startswith("sources."):
         try:
             now = config.get_value(path, key, sess.user)
         except UsageError:  # another part of the file is still broken: the unset stands

@@ -27,24 +27,29 @@ def serve(
         show_default=False)] = None,
     request_timeout: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--request-timeout", metavar="DURATION",
-        help="How long a client has to send a whole request, however it trickles "
-        "(default 10s).", show_default=False)] = None,
+        help="How long a client has to send a whole request, head and body, from its "
+        "first byte, however it trickles (default 10s).", show_default=False)] = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log", help="Log one line per request on stderr (method, path, status, "
+        "bytes, time).")] = False,
 ) -> None:
     """Receive webhooks over HTTP: POST /hooks/SOURCE stores one delivery, once.
 
-    The delivery id comes from the source's id_header (default
-    Idempotency-Key); sources are set in config.toml as [sources.NAME]
-    tables (id_header, secret_env, signature, signature_header). Each answer
-    comes after the commit: 200 stored or duplicate, 409 conflict, 400 bad
-    JSON or no id, 401 bad signature, 413 too large, 503 busy (Retry-After).
-    GET /healthz answers 200. SIGTERM or Ctrl-C stops accepting, finishes
-    the requests under way and exits 0.
+    The delivery id comes from a header (default Idempotency-Key) or a
+    field of the JSON body, as the source's table says; set one with
+    `agentbox config set sources.NAME.KEY VALUE`, KEY one of preset
+    (github, stripe), id_header, id_field, secret_env, signature,
+    signature_header, tolerance. Each answer comes after the commit: 200
+    stored or duplicate, 409 conflict, 400 bad JSON or no id, 401 bad
+    signature, 413 too large, 503 busy (Retry-After). GET /healthz answers
+    200. Only errors are logged unless --access-log. SIGTERM or Ctrl-C stops
+    accepting, finishes the requests under way and exits 0.
     """
     import os
     import signal
     import threading
 
-    from agentbox import config, paths, render
+    from agentbox import config, paths, render, sources
     from agentbox.errors import AgentboxError, UsageError
     from agentbox.httpserver import Server
     from agentbox.serve import WebhookApp
@@ -54,9 +59,10 @@ def serve(
     deadline = duration_flag("--request-timeout", request_timeout) or DEFAULT_REQUEST_TIMEOUT
     sess = session(ctx)
     max_payload = sess.settings().policy.max_payload
-    sources = config.sources(paths.config_path(), sess.user)
+    path = paths.config_path()
+    configured = sources.configured(config.load(path), path, sess.user)
     secrets = {}
-    for name, source in sources.items():
+    for name, source in configured.items():
         if source.secret_env is not None:
             secret = os.environ.get(source.secret_env)
             if not secret:
@@ -72,17 +78,18 @@ def serve(
         with log_lock:
             render.notice(message)
 
-    web = WebhookApp(open_store, sources, secrets, max_payload, sess.now,
+    web = WebhookApp(open_store, configured, secrets, max_payload, sess.now,
                      busy_timeout=wait, log=log)
     try:
-        server = Server(address, web, threads=threads, request_timeout=deadline, log=log)
+        server = Server(address, web, max_body=max_payload, threads=threads,
+                        request_timeout=deadline, log=log, access_log=log if access_log else None)
     except OSError as exc:
         raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
     def stop(signum: int, _frame: object) -> None:
-        if not server.stopping:
-            log(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
-        server.stop()
+        # Logged by the server's loop, not here: the signal may come while that
+        # thread, the one running this handler, is inside log().
+        server.stop(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
