@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
-from support.sqlite import sqlite_store
 
 Snapshot = dict[str, tuple[int, str]]
 
@@ -65,11 +65,12 @@ def one_error() -> Callable[[str], str]:
     return _one_error
 
 
-def _make_dead(db: Path, keys: Sequence[str], now: int, error: str = "handler exploded",
-               source: str = "src") -> list[int]:
-    """Store one event per key and run it to death through the engine (one attempt)."""
+def _make_dead(opener: Callable[[], Store], keys: Sequence[str], now: int,
+               error: str = "handler exploded", source: str = "src") -> list[int]:
+    """Store one event per key in alice's inbox and run it to death through the engine
+    (one attempt)."""
     policy = Policy(max_attempts=1)
-    with sqlite_store(db) as store:
+    with opener() as store:
         for key in keys:
             store.ingest(source, key, f'{{"key":"{key}"}}', now)
         generation = store.acquire("test-worker", now, 60)
@@ -83,6 +84,6 @@ def _make_dead(db: Path, keys: Sequence[str], now: int, error: str = "handler ex
 
 
 @pytest.fixture
-def make_dead() -> Callable[..., list[int]]:
-    """make_dead(db, keys, now, error=..., source=...) -> ids of the new dead events."""
-    return _make_dead
+def make_dead(open_inbox: Callable[[], Store]) -> Callable[..., list[int]]:
+    """make_dead(keys, now, error=..., source=...) -> ids of alice's new dead events."""
+    return lambda *args, **kwargs: _make_dead(open_inbox, *args, **kwargs)

@@ -7,12 +7,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.policy import Policy
 from support.clock import T0
 from support.fixtures import Cli
-from support.sqlite import sqlite_store
 
 NAMES = ["open", "integrity", "schema", "permissions", "wal", "lease", "running", "uncertain",
          "pending", "config"]
@@ -59,9 +59,9 @@ def test_a_folder_others_can_write_into_fails(cli: Cli, inbox_path: Path) -> Non
     assert doctor(cli)[0] == 0
 
 
-def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox_path: Path) -> None:
+def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, open_inbox: Any) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         generation = store.acquire("elsewhere:1:dead", T0, 60)
         assert generation is not None
         assert store.claim("elsewhere:1:dead", generation, T0, Policy()) is not None
@@ -72,21 +72,21 @@ def test_an_event_left_running_under_an_expired_lease_fails(cli: Cli, inbox_path
     assert "1 event(s) stuck running past their lease (1)" in checks["running"][1]
 
 
-def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, inbox_path: Path) -> None:
+def test_a_lease_held_by_a_process_that_is_gone_is_stale(cli: Cli, open_inbox: Any) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     holder = f"{socket.gethostname()}:{gone.stdout.strip()}:cafe"
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         assert store.acquire(holder, T0, 600) is not None
     code, checks = doctor(cli, now=T0 + 10)
     assert (code, failed(checks)) == (1, ["lease"])
     assert checks["lease"][1].startswith(f"stale: held by {holder}")
 
 
-def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, inbox_path: Path) -> None:
+def test_uncertain_dispatches_and_an_old_pending_event_fail(cli: Cli, open_inbox: Any) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         generation = store.acquire("w:1:x", T0, 60)
         assert generation is not None
         claimed = store.claim("w:1:x", generation, T0, Policy())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +19,9 @@ def listed(cli: Cli, *argv: str, now: int = T0) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def mixed(cli: Cli, inbox_path: Path, make_dead: Any) -> dict[str, int]:
+def mixed(cli: Cli, make_dead: Any) -> dict[str, int]:
     """An inbox with one dead event and three pending ones arriving an hour apart."""
-    [dead] = make_dead(inbox_path, ["poison"], T0)
+    [dead] = make_dead(["poison"], T0)
     got = {"poison": dead}
     for n, key in enumerate(("a", "b", "c")):
         result = cli("ingest", "chat" if key != "b" else "github", key, "--payload",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentbox.location import is_url
 from support.clock import T0
 from support.fixtures import Cli
 from support.store import users_at
@@ -96,8 +97,8 @@ def test_bad_user_names_in_real_processes(agentbox_proc: Any, home: Path) -> Non
     assert not home.exists()
 
 
-def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox_path: Path,
-                                                         query: Any) -> None:
+def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, rows: Any,
+                                                         place: str) -> None:
     source = "'; DROP TABLE events; --"
     source_id = "1' OR '1'='1"
     payload = {"'; DROP TABLE events; --": "x\"); DELETE FROM events; --", "%_": "\\"}
@@ -108,16 +109,28 @@ def test_sql_metacharacters_are_stored_and_found_verbatim(cli: Cli, inbox_path: 
     assert cli("ingest", "s", "1' OR '1'='1", now=T0).code == 0  # a different source
     again = cli("ingest", source, source_id, "--payload", json.dumps(payload), "--json", now=T0)
     assert json.loads(again.out)["outcome"] == "duplicate"
-    rows = query(inbox_path, "SELECT source, source_id, payload FROM events WHERE source = ? "
-                        "AND source_id = ?", (source, source_id))
-    assert len(rows) == 1 and json.loads(rows[0][2]) == payload
-    assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(2,)]
-    tables = {r[0] for r in query(inbox_path, "SELECT name FROM sqlite_schema WHERE type='table'")}
-    assert {"events", "history", "inboxes"} <= tables
+    found = rows("SELECT source, source_id, payload FROM events WHERE source = :source "
+                 "AND source_id = :source_id", source=source, source_id=source_id)
+    assert len(found) == 1 and json.loads(found[0][2]) == payload
+    assert rows("SELECT COUNT(*) FROM events") == [(2,)]
+    assert {"events", "history", "inboxes"} <= set(tables(place))  # no table was dropped
     stream = json.dumps({"source": source, "source_id": "2; --", "payload": payload})
     assert cli("ingest", "--jsonl", "-", stdin=stream, now=T0).code == 0
-    assert query(inbox_path, "SELECT source_id FROM events WHERE source = ? ORDER BY id",
-                 (source,)) == [(source_id,), ("2; --",)]
+    assert rows("SELECT source_id FROM events WHERE source = :source ORDER BY id",
+                source=source) == [(source_id,), ("2; --",)]
+
+
+def tables(place: str) -> list[str]:
+    """The tables of the test's inbox file, or of its PostgreSQL schema."""
+    from support.store import place_snapshot
+
+    if is_url(place):
+        return list(place_snapshot(place) or {})  # type: ignore[call-overload]
+    conn = sqlite3.connect(Path(place) / "alice.sqlite3")
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")]
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize(("argv", "stdin", "code"), [
@@ -196,8 +209,7 @@ def test_a_truncated_inbox_is_refused_and_kept(cli: Cli, home: Path, inbox_path:
 
 
 def test_a_newer_schema_is_refused_and_kept(cli: Cli, home: Path, inbox_path: Path,
-                                            tree_snapshot: Any, one_error: Any,
-                                            query: Any) -> None:
+                                            tree_snapshot: Any, one_error: Any) -> None:
     from agentbox.backends.sqlite.schema import SCHEMA_VERSION
 
     _real_inbox(inbox_path)

@@ -12,7 +12,6 @@ import pytest
 
 from support.clock import T0
 from support.fixtures import Cli
-from support.sqlite import sqlite_store
 from support.store import users_at
 
 
@@ -21,8 +20,7 @@ def ingest_json(cli: Cli, *args: str, stdin: str | bytes | None = None) -> tuple
     return result.code, json.loads(result.out) if result.out else None
 
 
-def test_stored_then_duplicate_with_keys_reordered_and_whitespace(cli: Cli, inbox_path: Path,
-                                                                   query: Any) -> None:
+def test_stored_then_duplicate_with_keys_reordered_and_whitespace(cli: Cli, rows: Any) -> None:
     code, first = ingest_json(cli, "github", "d-1", "--payload", '{"a": 1, "b": [1, 2]}')
     assert code == 0
     assert first == {"outcome": "stored", "id": 1, "source": "github", "source_id": "d-1"}
@@ -31,18 +29,18 @@ def test_stored_then_duplicate_with_keys_reordered_and_whitespace(cli: Cli, inbo
                               '{\n  "b" : [ 1,2 ],\t"a":1 }')
     assert code == 0
     assert again == {"outcome": "duplicate", "id": 1, "source": "github", "source_id": "d-1"}
-    assert query(inbox_path, "SELECT COUNT(*), MIN(payload) FROM events") == [
+    assert rows("SELECT COUNT(*), MIN(payload) FROM events") == [
         (1, '{"a":1,"b":[1,2]}')]
 
 
-def test_conflict_exits_3_and_the_first_payload_stands(cli: Cli, inbox_path: Path,
-                                                        query: Any) -> None:
+def test_conflict_exits_3_and_the_first_payload_stands(cli: Cli, rows: Any,
+                                                      open_inbox: Any) -> None:
     assert cli("ingest", "chat", "m-7", "--payload", '{"text": "first"}', now=T0).code == 0
     result = cli("ingest", "chat", "m-7", "--payload", '{"text": "second"}', now=T0)
     assert result.code == 3
     assert "conflict" in result.out and "first stands" in result.out
-    assert query(inbox_path, "SELECT payload FROM events") == [('{"text":"first"}',)]
-    with sqlite_store(inbox_path) as store:
+    assert rows("SELECT payload FROM events") == [('{"text":"first"}',)]
+    with open_inbox() as store:
         assert [e.action for e in store.story(1)] == ["stored", "conflict"]
 
     code, doc = ingest_json(cli, "chat", "m-7", "--payload", '{"text": "third"}')
@@ -54,26 +52,24 @@ def test_human_output_for_each_outcome(cli: Cli) -> None:
     assert cli("ingest", "s", "1", now=T0).out == "duplicate: s/1 is already event 1\n"
 
 
-def test_default_payload_is_an_empty_object(cli: Cli, inbox_path: Path, query: Any) -> None:
+def test_default_payload_is_an_empty_object(cli: Cli, rows: Any) -> None:
     assert cli("ingest", "s", "1", now=T0).code == 0
-    assert query(inbox_path, "SELECT payload, created_at FROM events") == [("{}", T0)]
+    assert rows("SELECT payload, created_at FROM events") == [("{}", T0)]
 
 
-def test_payload_from_file_and_from_stdin(cli: Cli, tmp_path: Path, inbox_path: Path,
-                                          query: Any) -> None:
+def test_payload_from_file_and_from_stdin(cli: Cli, tmp_path: Path, rows: Any) -> None:
     body = tmp_path / "body.json"
     body.write_text('{"from": "file", "n": 1}')
     assert cli("ingest", "s", "f", "--payload-file", str(body), now=T0).code == 0
     assert cli("ingest", "s", "i", "-f", "-", stdin='{"from": "stdin"}', now=T0).code == 0
-    assert query(inbox_path, "SELECT source_id, payload FROM events ORDER BY id") == [
+    assert rows("SELECT source_id, payload FROM events ORDER BY id") == [
         ("f", '{"from":"file","n":1}'), ("i", '{"from":"stdin"}')]
 
 
-def test_unicode_is_stored_as_text_and_compared_canonically(cli: Cli, inbox_path: Path,
-                                                           query: Any) -> None:
+def test_unicode_is_stored_as_text_and_compared_canonically(cli: Cli, rows: Any) -> None:
     assert cli("ingest", "s", "é", "--payload", '{"t": "h\\u00e9 ☃"}', now=T0).code == 0
     assert cli("ingest", "s", "é", "--payload", '{"t":"hé ☃"}', now=T0).code == 0
-    assert query(inbox_path, "SELECT source_id, payload FROM events") == [("é", '{"t":"hé ☃"}')]
+    assert rows("SELECT source_id, payload FROM events") == [("é", '{"t":"hé ☃"}')]
 
 
 @pytest.mark.parametrize(("payload", "needle"), [
@@ -93,24 +89,24 @@ def test_unicode_is_stored_as_text_and_compared_canonically(cli: Cli, inbox_path
     ('{"a": ' + "1" * 5000 + "}", "digits"),
     ("[" * 100_000, "nested more than 64 levels deep"),
 ])
-def test_not_strict_json_is_refused_with_65(cli: Cli, inbox_path: Path, one_error: Any,
-                                            payload: str, needle: str) -> None:
+def test_not_strict_json_is_refused_with_65(cli: Cli, one_error: Any,
+                                            payload: str, needle: str, place: str) -> None:
     result = cli("ingest", "s", "1", "--payload", payload, now=T0)
     assert result.code == 65
     assert needle in one_error(result.err)
     assert result.out == ""
-    assert not inbox_path.exists()
+    assert users_at(place) == []
 
 
-def test_invalid_utf8_on_stdin_is_65(cli: Cli, inbox_path: Path, one_error: Any) -> None:
+def test_invalid_utf8_on_stdin_is_65(cli: Cli, one_error: Any, place: str) -> None:
     result = cli("ingest", "s", "1", "-f", "-", stdin=b'{"a": "\xff\xfe"}', now=T0)
     assert result.code == 65
     assert "UTF-8" in one_error(result.err)
-    assert not inbox_path.exists()
+    assert users_at(place) == []
 
 
-def test_size_bound_default_is_256_kib(cli: Cli, inbox_path: Path, query: Any,
-                                       one_error: Any) -> None:
+def test_size_bound_default_is_256_kib(cli: Cli,
+                                       one_error: Any, rows: Any) -> None:
     limit = 256 * 1024
     fits = '{"x":"' + "a" * (limit - 8) + '"}'
     assert len(fits) == limit
@@ -120,10 +116,10 @@ def test_size_bound_default_is_256_kib(cli: Cli, inbox_path: Path, query: Any,
         result = cli("ingest", "s", "over", *args, stdin=stdin, now=T0)
         assert result.code == 65
         assert f"{limit}-byte limit" in one_error(result.err)
-    assert query(inbox_path, "SELECT source_id FROM events") == [("fits",)]
+    assert rows("SELECT source_id FROM events") == [("fits",)]
 
 
-def test_size_bound_follows_config_set_max_payload(cli: Cli, inbox_path: Path, query: Any) -> None:
+def test_size_bound_follows_config_set_max_payload(cli: Cli, rows: Any) -> None:
     assert cli("config", "set", "max_payload", "20").code == 0
     assert cli("ingest", "s", "small", "--payload", '{"x": "0123456789"}', now=T0).code == 0
     big = cli("ingest", "s", "big", "--payload", '{"x": "0123456789abc"}', now=T0)
@@ -131,7 +127,7 @@ def test_size_bound_follows_config_set_max_payload(cli: Cli, inbox_path: Path, q
     assert cli("config", "set", "max_payload", "1000", "--all-users").code == 0
     # the user's own table still wins over the default for everyone
     assert cli("ingest", "s", "big", "--payload", '{"x": "0123456789abc"}', now=T0).code == 65
-    assert query(inbox_path, "SELECT source_id FROM events") == [("small",)]
+    assert rows("SELECT source_id FROM events") == [("small",)]
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
@@ -157,12 +153,12 @@ def test_usage_errors_exit_2_and_store_nothing(cli: Cli, home: Path, one_error: 
     ("s", "", "source_id must be a non-empty string"),
     ("s" * 513, "1", "longer than 512"),
 ])
-def test_bad_keys_are_65(cli: Cli, inbox_path: Path, one_error: Any, source: str, source_id: str,
-                         needle: str) -> None:
+def test_bad_keys_are_65(cli: Cli, one_error: Any, source: str, source_id: str,
+                         needle: str, place: str) -> None:
     result = cli("ingest", source, source_id, now=T0)
     assert result.code == 65
     assert needle in one_error(result.err)
-    assert not inbox_path.exists()
+    assert users_at(place) == []
 
 
 def test_unreadable_payload_file_is_65(cli: Cli, tmp_path: Path, one_error: Any) -> None:
@@ -184,12 +180,12 @@ def test_new_folders_are_0700_and_the_inbox_0600(cli: Cli, home: Path, inbox_pat
     # looks at them while it is open.
 
 
-def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox_path: Path) -> None:
-    from support.sqlite import sqlite_store
+def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox_path: Path,
+                                               open_inbox: Any) -> None:
 
     old = os.umask(0)
     try:
-        with sqlite_store(inbox_path) as store:
+        with open_inbox() as store:
             store.ingest("s", "1", "{}", T0)
             modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in inbox_path.parent.iterdir()}
     finally:

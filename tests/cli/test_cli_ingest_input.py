@@ -19,6 +19,7 @@ import pytest
 from agentbox.jsonutil import MAX_DEPTH
 from support.clock import T0
 from support.processes import proc_env
+from support.store import users_at
 
 
 def nested(levels: int) -> str:
@@ -55,28 +56,28 @@ def with_pipe(home: Path, data: bytes, *argv: str, close: bool = True) -> tuple[
 
 @pytest.mark.slow
 def test_piped_body_without_payload_flag_is_refused_not_dropped(
-        home: Path, inbox_path: Path, query: Any) -> None:
+        home: Path, rows: Any, place: str) -> None:
     code, _, err = with_pipe(home, b'{"text": "x"}\n', "ingest", "chat", "c")
     assert code == 2, err
     assert "--payload-file -" in err and "--payload '{}'" in err
-    assert not inbox_path.exists() or query(inbox_path, "SELECT COUNT(*) FROM events") == [(0,)]
+    assert users_at(place) == [] or rows("SELECT COUNT(*) FROM events") == [(0,)]
     # the same body, named, is stored: and a redelivery of it is a duplicate, not a conflict
     for outcome in ("stored", "duplicate"):
         code, out, err = with_pipe(home, b'{"text": "x"}\n', "ingest", "chat", "c", "-f", "-",
                                    "--json")
         assert code == 0, err
         assert json.loads(out)["outcome"] == outcome
-    assert query(inbox_path, "SELECT payload FROM events") == [('{"text":"x"}',)]
+    assert rows("SELECT payload FROM events") == [('{"text":"x"}',)]
 
 
 @pytest.mark.slow
 def test_payload_dash_points_to_payload_file_and_reads_nothing(
-        home: Path, inbox_path: Path) -> None:
+        home: Path, place: str) -> None:
     """`-` names stdin for every other option; for --payload it is a slip, not JSON."""
     code, out, err = with_pipe(home, b'{"text": "x"}\n', "ingest", "chat", "c", "--payload", "-")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and "use --payload-file -" in err
-    assert not inbox_path.exists()
+    assert users_at(place) == []
 
 
 @pytest.mark.slow
@@ -87,20 +88,20 @@ def test_pipe_still_open_with_data_is_refused(home: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stdin", ["devnull", "empty pipe"])
-def test_nothing_on_stdin_stores_an_empty_payload(home: Path, inbox_path: Path, query: Any,
-                                                 stdin: str) -> None:
+def test_nothing_on_stdin_stores_an_empty_payload(home: Path,
+                                                 stdin: str, rows: Any) -> None:
     if stdin == "devnull":
         proc = start(home, "ingest", "chat", "c", stdin=subprocess.DEVNULL)
         code, err = proc.wait(timeout=60), proc.communicate()[1].decode()
     else:
         code, _, err = with_pipe(home, b"", "ingest", "chat", "c")
     assert code == 0, err
-    assert query(inbox_path, "SELECT payload FROM events") == [("{}",)]
+    assert rows("SELECT payload FROM events") == [("{}",)]
 
 
 @pytest.mark.slow
-def test_a_shell_loop_keeps_its_input(home: Path, inbox_path: Path, query: Any,
-                                      tmp_path: Path) -> None:
+def test_a_shell_loop_keeps_its_input(home: Path,
+                                      tmp_path: Path, rows: Any) -> None:
     ids = tmp_path / "ids.txt"
     ids.write_text("a\nb\nc\n")
     agentbox = f'"{sys.executable}" -m agentbox'
@@ -112,20 +113,19 @@ def test_a_shell_loop_keeps_its_input(home: Path, inbox_path: Path, query: Any,
     done = subprocess.run(["bash", "-c", loop], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.split() == ["a:2", "b:2", "c:0"], done.stderr
-    assert query(inbox_path, "SELECT source_id FROM events ORDER BY id") == [("c",)]
+    assert rows("SELECT source_id FROM events ORDER BY id") == [("c",)]
     # With --payload '{}' each line is one event.
     loop = (f'while read id; do {agentbox} ingest chat "$id" --payload "{{}}"; '
             f'done < "{ids}"')
     done = subprocess.run(["bash", "-c", loop], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    assert query(inbox_path, "SELECT source_id FROM events ORDER BY id") == [("c",), ("a",), ("b",)]
+    assert rows("SELECT source_id FROM events ORDER BY id") == [("c",), ("a",), ("b",)]
 
 
 # --- nesting is bounded on every way in ----------------------------------------------
 
-def test_nesting_bound_on_single_ingest(cli: Callable[..., Any], inbox_path: Path,
-                                        query: Any) -> None:
+def test_nesting_bound_on_single_ingest(cli: Callable[..., Any], rows: Any) -> None:
     ok = cli("ingest", "deep", "ok", "--payload", nested(MAX_DEPTH), now=T0)
     assert ok.code == 0, ok.err
     for levels in (MAX_DEPTH + 1, 980):
@@ -138,18 +138,17 @@ def test_nesting_bound_on_single_ingest(cli: Callable[..., Any], inbox_path: Pat
         deep_list = [deep_list]
     refused = cli("ingest", "deep", "list", "--payload", json.dumps({"l": deep_list}), now=T0)
     assert refused.code == 65, refused.err
-    assert query(inbox_path, "SELECT source_id FROM events") == [("ok",)]
+    assert rows("SELECT source_id FROM events") == [("ok",)]
 
 
-def test_nesting_bound_on_jsonl_lines(cli: Callable[..., Any], inbox_path: Path,
-                                      query: Any) -> None:
+def test_nesting_bound_on_jsonl_lines(cli: Callable[..., Any], rows: Any) -> None:
     lines = [f'{{"source": "deep", "source_id": "{n}", "payload": {nested(n)}}}'
              for n in (MAX_DEPTH, MAX_DEPTH + 1, 980)]
     result = cli("ingest", "--jsonl", "-", "--json", stdin="\n".join(lines) + "\n", now=T0)
     assert result.code == 65
     outcomes = [line["outcome"] for line in json.loads(result.out)["lines"]]
     assert outcomes == ["stored", "bad", "bad"]
-    assert query(inbox_path, "SELECT source_id FROM events") == [(str(MAX_DEPTH),)]
+    assert rows("SELECT source_id FROM events") == [(str(MAX_DEPTH),)]
 
 
 @pytest.mark.slow
@@ -200,7 +199,7 @@ def _peak_rss_mb(pid: int) -> float:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
-def test_signed_jsonl_stream_is_checked_without_holding_it(home: Path, inbox_path: Path) -> None:
+def test_signed_jsonl_stream_is_checked_without_holding_it(home: Path, place: str) -> None:
     size = 128 * 1024 * 1024
     line = json.dumps({"source": "bulk", "source_id": "x", "payload": {"pad": "p" * 900}})
     block = ((line + "\n") * (1024 * 1024 // (len(line) + 1))).encode()
@@ -230,4 +229,4 @@ def test_signed_jsonl_stream_is_checked_without_holding_it(home: Path, inbox_pat
     assert code == 77, err
     assert "does not match" in err
     assert peak_mb < 80, f"peak RSS {peak_mb:.0f} MB for a {size >> 20} MB stream"
-    assert not inbox_path.exists()
+    assert users_at(place) == []

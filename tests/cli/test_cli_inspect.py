@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from agentbox.location import is_url
 from support.clock import T0
 from support.fixtures import Cli
+from support.store import place_snapshot
 
 
 def status_doc(cli: Cli, *flags: str) -> dict[str, Any]:
@@ -29,23 +31,24 @@ def assert_counts(doc: dict[str, Any]) -> None:
             assert type(value) is int
 
 
-def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, inbox_path: Path) -> None:
+def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, place: str) -> None:
     doc = status_doc(cli)
     assert_counts(doc)
-    assert doc == {"user": "alice", "db": str(inbox_path),
+    assert doc == {"user": "alice",
+                   "db": place if is_url(place) else str(Path(place) / "alice.sqlite3"),
                    "events": {"pending": 0, "running": 0, "done": 0, "dead": 0},
                    "outbox": {"held": 0, "sending": 0, "sent": 0, "uncertain": 0},
                    "lease": None, "next_timer": None}
 
 
-def test_status_counts_lease_and_timer(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
+def test_status_counts_lease_and_timer(cli: Cli, make_dead: Any,
+                                       open_inbox: Any) -> None:
     from agentbox.rules.timers import TimerSpec
-    from support.sqlite import sqlite_store
 
-    make_dead(inbox_path, ["d1", "d2"], T0)
+    make_dead(["d1", "d2"], T0)
     for i in range(3):
         assert cli("ingest", "s", f"p{i}", now=T0).code == 0
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         generation = store.acquire("worker-9", T0, 120)
         assert generation == 2  # make_dead held and released generation 1
         store.add_timer(TimerSpec(name="nightly", due=T0 + 50, every=86_400), T0)
@@ -63,10 +66,9 @@ def test_status_counts_lease_and_timer(cli: Cli, inbox_path: Path, make_dead: An
         assert needle in human.out
 
 
-def test_status_shows_an_expired_lease_as_free(cli: Cli, inbox_path: Path) -> None:
-    from support.sqlite import sqlite_store
+def test_status_shows_an_expired_lease_as_free(cli: Cli, open_inbox: Any) -> None:
 
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         store.acquire("w", T0, 10)
     assert "held by w" in cli("status", now=T0 + 10).out
     assert "free (expired at 1970-01-12T13:46:50Z)" in cli("status", now=T0 + 11).out
@@ -79,8 +81,8 @@ def test_status_with_db_flag(cli: Cli, tmp_path: Path, home: Path) -> None:
     assert not home.exists()
 
 
-def test_dead_list_json_and_table(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
-    ids = make_dead(inbox_path, ["x", "y"], T0, error="KeyError: 'y'")
+def test_dead_list_json_and_table(cli: Cli, make_dead: Any) -> None:
+    ids = make_dead(["x", "y"], T0, error="KeyError: 'y'")
     assert cli("ingest", "s", "alive", now=T0).code == 0
     for argv in (["dead", "--json"], ["dead", "list", "--json"]):
         result = cli(*argv, now=T0)
@@ -112,8 +114,8 @@ def test_dead_list_bad_limit_is_usage(cli: Cli, one_error: Any) -> None:
     one_error(result.err)
 
 
-def test_dead_show_tells_the_whole_story(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
-    (event_id,) = make_dead(inbox_path, ["story"], T0, error="boom at step 3")
+def test_dead_show_tells_the_whole_story(cli: Cli, make_dead: Any) -> None:
+    (event_id,) = make_dead(["story"], T0, error="boom at step 3")
     cli("ingest", "src", "story", "--payload", '{"key": "other"}', now=T0 + 5)  # a conflict
     result = cli("dead", "show", str(event_id), "--json", now=T0)
     assert result.code == 0
@@ -130,7 +132,7 @@ def test_dead_show_tells_the_whole_story(cli: Cli, inbox_path: Path, make_dead: 
         assert needle in human.out
 
 
-def test_dead_show_unknown_id_and_bad_id(cli: Cli, inbox_path: Path, one_error: Any) -> None:
+def test_dead_show_unknown_id_and_bad_id(cli: Cli, one_error: Any) -> None:
     cli("ingest", "s", "1", now=T0)
     missing = cli("dead", "show", "99")
     assert missing.code == 65
@@ -140,23 +142,21 @@ def test_dead_show_unknown_id_and_bad_id(cli: Cli, inbox_path: Path, one_error: 
     one_error(bad.err)
 
 
-def test_replay_ids_back_to_pending_same_row(cli: Cli, inbox_path: Path, make_dead: Any,
-                                             query: Any) -> None:
-    ids = make_dead(inbox_path, ["a", "b", "c"], T0)
+def test_replay_ids_back_to_pending_same_row(cli: Cli, make_dead: Any, rows: Any) -> None:
+    ids = make_dead(["a", "b", "c"], T0)
     result = cli("replay", str(ids[0]), str(ids[2]), "--json", now=T0 + 10)
     assert result.code == 0
     assert json.loads(result.out) == {"replayed": [ids[0], ids[2]], "not_dead": []}
-    rows = query(inbox_path,
-                 "SELECT id, status, attempts, error, updated_at FROM events ORDER BY id")
-    assert rows == [(ids[0], "pending", 0, None, T0 + 10),
+    found = rows("SELECT id, status, attempts, error, updated_at FROM events ORDER BY id")
+    assert found == [(ids[0], "pending", 0, None, T0 + 10),
                     (ids[1], "dead", 1, "handler exploded", T0),
                     (ids[2], "pending", 0, None, T0 + 10)]
-    assert query(inbox_path, "SELECT COUNT(*) FROM history WHERE action = 'replayed'") == [(2,)]
+    assert rows("SELECT COUNT(*) FROM history WHERE action = 'replayed'") == [(2,)]
     assert status_doc(cli)["events"] == {"pending": 2, "running": 0, "done": 0, "dead": 1}
 
 
-def test_replay_all(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
-    ids = make_dead(inbox_path, ["a", "b"], T0)
+def test_replay_all(cli: Cli, make_dead: Any) -> None:
+    ids = make_dead(["a", "b"], T0)
     result = cli("replay", "--all", now=T0)
     assert result.code == 0
     assert result.out == f"replayed 2 event(s): {ids[0]}, {ids[1]}\n"
@@ -165,9 +165,8 @@ def test_replay_all(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
     assert json.loads(again.out) == {"replayed": [], "not_dead": []}
 
 
-def test_replay_of_an_event_that_is_not_dead_exits_3(cli: Cli, inbox_path: Path,
-                                                     make_dead: Any) -> None:
-    (dead_id,) = make_dead(inbox_path, ["d"], T0)
+def test_replay_of_an_event_that_is_not_dead_exits_3(cli: Cli, make_dead: Any) -> None:
+    (dead_id,) = make_dead(["d"], T0)
     cli("ingest", "s", "live", now=T0)
     live_id = dead_id + 1
     result = cli("replay", str(dead_id), str(live_id), now=T0)
@@ -183,14 +182,14 @@ def test_replay_of_an_event_that_is_not_dead_exits_3(cli: Cli, inbox_path: Path,
     (["replay", "42"], 65),
     (["replay", "x"], 2),
 ])
-def test_replay_refusals(cli: Cli, inbox_path: Path, make_dead: Any, tree_snapshot: Any,
-                         one_error: Any, argv: list[str], code: int) -> None:
-    make_dead(inbox_path, ["a"], T0)
-    before = tree_snapshot(inbox_path.parent)
+def test_replay_refusals(cli: Cli, place: str, make_dead: Any, one_error: Any,
+                         argv: list[str], code: int) -> None:
+    make_dead(["a"], T0)
+    before = place_snapshot(place)
     result = cli(*argv, now=T0)
     assert result.code == code
     one_error(result.err)
-    assert tree_snapshot(inbox_path.parent) == before
+    assert place_snapshot(place) == before
 
 
 def test_bad_explicit_user_is_refused_even_with_db(cli: Cli, tmp_path: Path, one_error: Any,
@@ -205,7 +204,7 @@ def test_bad_explicit_user_is_refused_even_with_db(cli: Cli, tmp_path: Path, one
     assert not db.exists()
 
 
-def test_status_shows_a_released_lease_as_free(cli: Cli, inbox_path: Path, tmp_path: Path,
+def test_status_shows_a_released_lease_as_free(cli: Cli, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
@@ -221,13 +220,12 @@ def test_status_shows_a_released_lease_as_free(cli: Cli, inbox_path: Path, tmp_p
     assert doc["lease"]["generation"] == 1 and doc["lease"]["released"] is True
 
 
-def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, inbox_path: Path, tmp_path: Path,
-                                                  one_error: Any) -> None:
+def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, tmp_path: Path,
+                                                  one_error: Any, open_inbox: Any) -> None:
     import sys
 
-    from support.sqlite import sqlite_store
 
-    with sqlite_store(inbox_path) as store:
+    with open_inbox() as store:
         assert store.acquire("other-host:42:abcd", T0, 120) == 1
     result = cli("run", "--", sys.executable, "-c", "pass", now=T0 + 10)
     assert result.code == 75
@@ -236,8 +234,8 @@ def test_a_busy_run_names_the_lease_end_as_a_time(cli: Cli, inbox_path: Path, tm
     assert str(T0 + 120) not in line
 
 
-def test_bare_dead_takes_a_limit_like_dead_list(cli: Cli, inbox_path: Path, make_dead: Any) -> None:
-    ids = make_dead(inbox_path, ["x", "y", "z"], T0)
+def test_bare_dead_takes_a_limit_like_dead_list(cli: Cli, make_dead: Any) -> None:
+    ids = make_dead(["x", "y", "z"], T0)
     for argv in (["dead", "--limit", "2", "--json"], ["dead", "-n", "2", "--json"],
                  ["dead", "list", "-n", "2", "--json"]):
         result = cli(*argv)

@@ -16,8 +16,7 @@ def line(source: str, source_id: str, payload: Any) -> str:
     return json.dumps({"source": source, "source_id": source_id, "payload": payload})
 
 
-def test_per_line_report_bad_line_reported_good_lines_stored(cli: Cli, inbox_path: Path,
-                                                            query: Any) -> None:
+def test_per_line_report_bad_line_reported_good_lines_stored(cli: Cli, rows: Any) -> None:
     stream = "\n".join([
         line("gh", "1", {"n": 1}),
         "this is not json",
@@ -42,11 +41,11 @@ def test_per_line_report_bad_line_reported_good_lines_stored(cli: Cli, inbox_pat
     assert "NaN" in doc["lines"][3]["error"]
     assert "JSON object" in doc["lines"][5]["error"]
     assert "source_id" in doc["lines"][6]["error"]
-    assert query(inbox_path, "SELECT source_id, payload FROM events ORDER BY id") == [
+    assert rows("SELECT source_id, payload FROM events ORDER BY id") == [
         ("1", '{"n":1}'), ("2", '{"n":2}'), ("5", '{"n":5}')]
 
 
-def test_conflict_without_bad_lines_exits_3(cli: Cli, inbox_path: Path, query: Any) -> None:
+def test_conflict_without_bad_lines_exits_3(cli: Cli, rows: Any) -> None:
     stream = "\n".join([line("a", "1", {"v": 1}), line("a", "2", {}),
                         line("a", "1", {"v": 2})])
     result = cli("ingest", "--jsonl", "-", stdin=stream, now=T0)
@@ -55,7 +54,7 @@ def test_conflict_without_bad_lines_exits_3(cli: Cli, inbox_path: Path, query: A
                                        "line 2: stored a/2 (event 2)",
                                        "line 3: conflict a/1 (event 1)"]
     assert result.err == "agentbox: 3 line(s): 2 stored, 0 duplicate, 1 conflict, 0 bad\n"
-    assert query(inbox_path, "SELECT payload FROM events WHERE source_id = '1'") == [('{"v":1}',)]
+    assert rows("SELECT payload FROM events WHERE source_id = '1'") == [('{"v":1}',)]
 
 
 def test_all_good_exits_0_and_duplicates_are_success(cli: Cli, tmp_path: Path) -> None:
@@ -74,8 +73,7 @@ def test_bad_takes_precedence_over_conflict(cli: Cli) -> None:
     assert cli("ingest", "--jsonl", "-", stdin=stream, now=T0).code == 65
 
 
-def test_invalid_utf8_and_oversized_lines_are_bad_lines(cli: Cli, inbox_path: Path,
-                                                       query: Any) -> None:
+def test_invalid_utf8_and_oversized_lines_are_bad_lines(cli: Cli, rows: Any) -> None:
     assert cli("config", "set", "max_payload", "100").code == 0
     stream = b"\n".join([
         b'{"source": "a", "source_id": "1", "payload": {"t": "\xff"}}',
@@ -89,7 +87,7 @@ def test_invalid_utf8_and_oversized_lines_are_bad_lines(cli: Cli, inbox_path: Pa
     assert [e["outcome"] for e in lines] == ["bad", "bad", "stored", "bad"]
     assert "UTF-8" in lines[0]["error"]
     assert "100-byte limit" in lines[1]["error"] and "100-byte" in lines[3]["error"]
-    assert query(inbox_path, "SELECT source_id FROM events") == [("3",)]
+    assert rows("SELECT source_id FROM events") == [("3",)]
 
 
 def test_unknown_keys_and_non_string_keys_are_bad(cli: Cli) -> None:
@@ -117,7 +115,7 @@ def test_missing_jsonl_file_is_65(cli: Cli, tmp_path: Path, one_error: Any) -> N
     assert "cannot read" in one_error(result.err)
 
 
-def test_stream_larger_than_one_chunk(cli: Cli, inbox_path: Path, query: Any) -> None:
+def test_stream_larger_than_one_chunk(cli: Cli, rows: Any) -> None:
     from agentbox.jsonl import CHUNK
 
     total = 2 * CHUNK + CHUNK // 2
@@ -131,19 +129,19 @@ def test_stream_larger_than_one_chunk(cli: Cli, inbox_path: Path, query: Any) ->
     assert (doc["stored"], doc["duplicate"], doc["bad"]) == (total, 10, 1)
     assert len(doc["lines"]) == total + 11
     assert [e["line"] for e in doc["lines"]] == list(range(1, total + 12))
-    assert query(inbox_path, "SELECT COUNT(*), COUNT(DISTINCT source_id) FROM events") == [
+    assert rows("SELECT COUNT(*), COUNT(DISTINCT source_id) FROM events") == [
         (total, total)]
     # every stored line's reported id is the row that holds it
     stored = {e["source_id"]: e["id"] for e in doc["lines"] if e["outcome"] == "stored"}
-    rows = dict(query(inbox_path, "SELECT source_id, id FROM events"))
+    rows = dict(rows("SELECT source_id, id FROM events"))
     assert stored == rows
 
 
 @pytest.mark.slow
-def test_stream_from_a_real_process(agentbox_proc: Any, inbox_path: Path, query: Any) -> None:
+def test_stream_from_a_real_process(agentbox_proc: Any, rows: Any) -> None:
     stream = "\n".join(line("p", str(i), {"i": i}) for i in range(2_500)) + "\n"
     done = agentbox_proc("ingest", "--jsonl", "-", stdin=stream,
                          env={"AGENTBOX_NOW": str(T0)})
     assert done.returncode == 0, done.stderr
     assert done.stderr == "agentbox: 2500 line(s): 2500 stored, 0 duplicate, 0 conflict, 0 bad\n"
-    assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(2_500,)]
+    assert rows("SELECT COUNT(*) FROM events") == [(2_500,)]

@@ -12,6 +12,7 @@ import pytest
 
 from support.clock import T0
 from support.fixtures import Cli
+from support.store import users_at
 
 SECRET = "It's a Secret to Everybody"
 BODY = '{"action": "opened", "number": 1}'
@@ -46,19 +47,19 @@ def test_github_known_vector() -> None:
                                        "22c46f4379c8b043e17")
 
 
-def test_github_signature_ok(cli: Cli, secret: str, inbox_path: Path, query: Any) -> None:
+def test_github_signature_ok(cli: Cli, secret: str, rows: Any) -> None:
     result = signed(cli, github(BODY), secret)
     assert result.code == 0, result.err
-    assert query(inbox_path, "SELECT payload FROM events") == [('{"action":"opened","number":1}',)]
+    assert rows("SELECT payload FROM events") == [('{"action":"opened","number":1}',)]
 
 
-def test_github_signature_is_over_the_raw_bytes(cli: Cli, secret: str, inbox_path: Path,
-                                                one_error: Any) -> None:
+def test_github_signature_is_over_the_raw_bytes(cli: Cli, secret: str, one_error: Any,
+                                                place: str) -> None:
     # Same JSON, different bytes: the signature must not survive re-spacing.
     result = signed(cli, github(BODY), secret, body=BODY.replace(" ", ""))
     assert result.code == 77
     assert "does not match" in one_error(result.err)
-    assert not inbox_path.exists()
+    assert users_at(place) == []
 
 
 @pytest.mark.parametrize("signature", [
@@ -106,23 +107,22 @@ def test_signature_is_checked_before_the_body_is_parsed(cli: Cli, secret: str,
     assert "not valid JSON" in one_error(result.err)
 
 
-def test_signature_with_payload_flag(cli: Cli, secret: str, inbox_path: Path, one_error: Any,
-                                     query: Any) -> None:
+def test_signature_with_payload_flag(cli: Cli, secret: str, one_error: Any, rows: Any,
+                                     place: str) -> None:
     forged = cli("ingest", "gh", "p", "--payload", BODY, "--signature", github(BODY + " "),
                  "--secret-env", secret, now=T0)
     assert forged.code == 77
     assert "does not match" in one_error(forged.err)
-    assert not inbox_path.exists()
+    assert users_at(place) == []
     result = cli("ingest", "gh", "p", "--payload", BODY, "--signature", github(BODY),
                  "--secret-env", secret, now=T0)
     assert result.code == 0
-    assert query(inbox_path, "SELECT source_id FROM events") == [("p",)]
+    assert rows("SELECT source_id FROM events") == [("p",)]
 
 
-def test_stripe_signature_ok_within_tolerance(cli: Cli, secret: str, inbox_path: Path,
-                                              query: Any) -> None:
+def test_stripe_signature_ok_within_tolerance(cli: Cli, secret: str, rows: Any) -> None:
     assert signed(cli, stripe(BODY, T0 - 299), secret).code == 0
-    assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(1,)]
+    assert rows("SELECT COUNT(*) FROM events") == [(1,)]
 
 
 def test_stripe_signature_with_several_v1_and_a_v0(cli: Cli, secret: str) -> None:
@@ -157,15 +157,15 @@ def test_stripe_mismatch_is_77(cli: Cli, secret: str, home: Path, one_error: Any
     assert not (home / "inboxes").exists()
 
 
-def test_jsonl_stream_signature(cli: Cli, secret: str, inbox_path: Path, query: Any) -> None:
+def test_jsonl_stream_signature(cli: Cli, secret: str, rows: Any, place: str) -> None:
     stream = "\n".join(json.dumps({"source": "s", "source_id": str(i), "payload": {}})
                        for i in range(3)) + "\n"
     bad = cli("ingest", "--jsonl", "-", "--signature", github(stream + " "),
               "--secret-env", secret, stdin=stream, now=T0)
     assert bad.code == 77
-    assert not inbox_path.exists()
+    assert users_at(place) == []
     ok = cli("ingest", "--jsonl", "-", "--signature", github(stream), "--secret-env", secret,
              "--json", stdin=stream, now=T0)
     assert ok.code == 0
     assert json.loads(ok.out)["stored"] == 3
-    assert query(inbox_path, "SELECT COUNT(*) FROM events") == [(3,)]
+    assert rows("SELECT COUNT(*) FROM events") == [(3,)]

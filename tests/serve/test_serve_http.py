@@ -27,7 +27,7 @@ GITHUB_SECRET = "It's a Secret to Everybody"
 GITHUB_VECTOR = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
 
 
-def test_stored_duplicate_conflict(serve: Serve, inbox_path: Path) -> None:
+def test_stored_duplicate_conflict(serve: Serve, place: str) -> None:
     served = serve()
     first = served.post("github", '{"b": 2, "a": 1}', key="d-1")
     assert (first.status, first.doc) == (200, {"outcome": "stored", "id": 1,
@@ -38,10 +38,10 @@ def test_stored_duplicate_conflict(serve: Serve, inbox_path: Path) -> None:
     assert changed.status == 409
     assert changed.doc["outcome"] == "conflict" and changed.doc["id"] == 1
     assert "github/d-1 is event 1" in changed.doc["error"]
-    assert events(inbox_path) == [(1, "github", "d-1", '{"a":1,"b":2}')]
+    assert events(place) == [(1, "github", "d-1", '{"a":1,"b":2}')]
 
 
-def test_bad_bodies_and_missing_ids_are_400(serve: Serve, inbox_path: Path) -> None:
+def test_bad_bodies_and_missing_ids_are_400(serve: Serve, place: str) -> None:
     served = serve()
     deep = '{"a":' * MAX_DEPTH + "{}" + "}" * MAX_DEPTH
     for body, needle in (("{not json", "not valid JSON"), ("[1, 2]", "must be a JSON object"),
@@ -55,11 +55,11 @@ def test_bad_bodies_and_missing_ids_are_400(serve: Serve, inbox_path: Path) -> N
     assert missing.status == 400 and "Idempotency-Key" in missing.doc["error"]
     empty = served.post("chat", "{}", key="")
     assert empty.status == 400
-    assert not inbox_path.exists() or events(inbox_path) == []
+    assert events(place) == []
 
 
 def test_id_header_is_the_sources_own(serve: Serve, config: Callable[[str], None],
-                                      inbox_path: Path) -> None:
+                                      place: str) -> None:
     config('[sources.github]\nid_header = "X-GitHub-Delivery"\n')
     served = serve()
     assert served.post("github", "{}", key="ignored").status == 400
@@ -69,10 +69,10 @@ def test_id_header_is_the_sources_own(serve: Serve, config: Callable[[str], None
     answer = served.post("other", "{}", key=None,
                          headers={"Idempotency-Key": "é-1".encode().decode("latin-1")})
     assert answer.status == 200 and answer.doc["source_id"] == "é-1"
-    assert [row[1:3] for row in events(inbox_path)] == [("github", "g-1"), ("other", "é-1")]
+    assert [row[1:3] for row in events(place)] == [("github", "g-1"), ("other", "é-1")]
 
 
-def test_reserved_sources_unknown_routes_and_methods(serve: Serve, inbox_path: Path) -> None:
+def test_reserved_sources_unknown_routes_and_methods(serve: Serve, place: str) -> None:
     served = serve()
     for source in ("timer", "approval"):
         answer = served.post(source, "{}")
@@ -86,7 +86,7 @@ def test_reserved_sources_unknown_routes_and_methods(serve: Serve, inbox_path: P
     wrong = served.request("POST", "/healthz", "{}")
     assert wrong.status == 405 and wrong.headers["allow"] == "GET, HEAD"
     assert served.request("DELETE", "/hooks/github").status == 405
-    assert not inbox_path.exists() or events(inbox_path) == []
+    assert events(place) == []
 
 
 def test_healthz(serve: Serve) -> None:
@@ -97,17 +97,17 @@ def test_healthz(serve: Serve) -> None:
     assert head.status == 200 and head.doc is None
 
 
-def test_a_source_in_the_path_is_percent_decoded(serve: Serve, inbox_path: Path) -> None:
+def test_a_source_in_the_path_is_percent_decoded(serve: Serve, place: str) -> None:
     served = serve()
     assert served.post("my%20hooks", "{}").status == 200
     assert served.post("%ff", "{}").status == 400
-    assert [row[1] for row in events(inbox_path)] == ["my hooks"]
+    assert [row[1] for row in events(place)] == ["my hooks"]
 
 
 # --- size ----------------------------------------------------------------------------
 
 def test_a_declared_length_over_the_bound_is_refused_before_the_body(
-        serve: Serve, config: Callable[[str], None], inbox_path: Path) -> None:
+        serve: Serve, config: Callable[[str], None], place: str) -> None:
     config("max_payload = 1000\n")
     served = serve()
     assert served.post("chat", json.dumps({"pad": "x" * 900})).status == 200
@@ -120,11 +120,11 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body(
     assert answer.startswith(b"HTTP/1.1 413 "), answer
     assert b"Connection: close" in answer
     assert time.monotonic() - started < 10
-    assert len(events(inbox_path)) == 1
+    assert len(events(place)) == 1
 
 
 def test_a_chunked_body_is_refused_once_past_the_bound(
-        serve: Serve, config: Callable[[str], None], inbox_path: Path) -> None:
+        serve: Serve, config: Callable[[str], None], place: str) -> None:
     config("max_payload = 1000\n")
     served = serve()
 
@@ -141,7 +141,7 @@ def test_a_chunked_body_is_refused_once_past_the_bound(
         sock.sendall(chunked(b'{"pad": "', b"x" * 600, b"x" * 600, key="big"))
         answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 413 "), answer
-    assert [row[2] for row in events(inbox_path)] == ["small"]
+    assert [row[2] for row in events(place)] == ["small"]
 
 
 # --- signatures ------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def github_signature(body: bytes, secret: str = GITHUB_SECRET) -> str:
 
 
 def test_github_signature_published_vector(serve: Serve, config: Callable[[str], None],
-                                           inbox_path: Path) -> None:
+                                           place: str) -> None:
     config(GITHUB_CONFIG)
     served = serve(env={"GITHUB_SECRET": GITHUB_SECRET})
 
@@ -181,11 +181,11 @@ def test_github_signature_published_vector(serve: Serve, config: Callable[[str],
     stripe_form = f"t={T0_2023},v1={github_signature(body).removeprefix('sha256=')}"
     assert deliver(body, stripe_form, "g-1").status == 401  # not GitHub's form: refused
     assert deliver(body, github_signature(body), "g-1").status == 200
-    assert [row[2] for row in events(inbox_path)] == ["g-1"]
+    assert [row[2] for row in events(place)] == ["g-1"]
 
 
 def test_stripe_signature_and_its_tolerance(serve: Serve, config: Callable[[str], None],
-                                            inbox_path: Path) -> None:
+                                            place: str) -> None:
     config('[sources.stripe]\nsecret_env = "STRIPE_SECRET"\nsignature = "stripe"\n')
     secret = "whsec_test"
     served = serve(env={"STRIPE_SECRET": secret})
@@ -204,7 +204,7 @@ def test_stripe_signature_and_its_tolerance(serve: Serve, config: Callable[[str]
     assert deliver("sha256=" + "0" * 64).status == 401
     ok = deliver(header(T0_2023 - 60))
     assert ok.status == 200 and ok.doc["outcome"] == "stored"
-    assert [row[2] for row in events(inbox_path)] == ["evt_1"]
+    assert [row[2] for row in events(place)] == ["evt_1"]
 
 
 def test_plain_hmac_in_a_header_of_the_senders_choice(
@@ -226,7 +226,8 @@ def test_plain_hmac_in_a_header_of_the_senders_choice(
 
 # --- the database --------------------------------------------------------------------
 
-def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox_path: Path) -> None:
+def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox_path: Path,
+                                                            place: str) -> None:
     served = serve("--busy-timeout", "1s")
     assert served.post("chat", "{}", key="before").status == 200
     blocker = sqlite3.connect(inbox_path, isolation_level=None, timeout=0)
@@ -241,12 +242,12 @@ def test_a_database_that_stays_busy_is_503_with_retry_after(serve: Serve, inbox_
         blocker.execute("ROLLBACK")
         blocker.close()
     assert served.post("chat", "{}", key="during").status == 200
-    assert [row[2] for row in events(inbox_path)] == ["before", "during"]
+    assert [row[2] for row in events(place)] == ["before", "during"]
 
 
 # --- connections -------------------------------------------------------------------
 
-def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, inbox_path: Path) -> None:
+def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, place: str) -> None:
     served = serve()
     conn = served.connect()
     try:
@@ -257,10 +258,10 @@ def test_keep_alive_carries_many_requests_on_one_connection(serve: Serve, inbox_
             assert conn.sock is sock, "the connection was not kept"
     finally:
         conn.close()
-    assert len(events(inbox_path)) == 20
+    assert len(events(place)) == 20
 
 
-def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox_path: Path) -> None:
+def test_pipelined_requests_are_answered_in_order(serve: Serve, place: str) -> None:
     served = serve()
     one = (b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %d\r\n"
            b"Content-Length: 2\r\n\r\n{}")
@@ -268,10 +269,10 @@ def test_pipelined_requests_are_answered_in_order(serve: Serve, inbox_path: Path
     answer = raw_exchange(served.port, one % 1 + one % 2 + one % 1 + last)
     assert answer.count(b"HTTP/1.1 200 OK") == 4, answer
     assert answer.index(b'"stored"') < answer.index(b'"duplicate"')
-    assert [row[2] for row in events(inbox_path)] == ["1", "2"]
+    assert [row[2] for row in events(place)] == ["1", "2"]
 
 
-def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, inbox_path: Path) -> None:
+def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, place: str) -> None:
     # One worker thread only: if the trickling client held it, every other request would
     # wait until the trickle is cut off, seconds later.
     served = serve("--threads", "1", "--request-timeout", "4s")
@@ -296,11 +297,11 @@ def test_a_slow_client_is_cut_off_without_holding_up_others(serve: Serve, inbox_
     finally:
         trickle.close()
     assert 3.5 <= cut_off < 15, cut_off
-    assert all(row[2].startswith("fast-") for row in events(inbox_path))
-    assert len(events(inbox_path)) >= 3
+    assert all(row[2].startswith("fast-") for row in events(place))
+    assert len(events(place)) >= 3
 
 
-def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox_path: Path) -> None:
+def test_a_body_that_stops_coming_gets_408(serve: Serve, place: str) -> None:
     served = serve("--threads", "1", "--request-timeout", "1s")
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(b"POST /hooks/chat HTTP/1.1\r\nHost: x\r\nIdempotency-Key: s\r\n"
@@ -308,7 +309,7 @@ def test_a_body_that_stops_coming_gets_408(serve: Serve, inbox_path: Path) -> No
         answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert served.post("chat", "{}", key="after").status == 200
-    assert [row[2] for row in events(inbox_path)] == ["after"]
+    assert [row[2] for row in events(place)] == ["after"]
 
 
 def test_malformed_requests_get_an_answer_not_a_hang(serve: Serve) -> None:
@@ -359,7 +360,7 @@ def test_an_address_in_use_is_one_line_and_exit_1(serve: Serve,
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_stopping_finishes_the_request_under_way_then_exits_0(
-        serve: Serve, inbox_path: Path, signal_name: str) -> None:
+        serve: Serve, place: str, signal_name: str) -> None:
     import signal
 
     served = serve()
@@ -387,5 +388,5 @@ def test_stopping_finishes_the_request_under_way_then_exits_0(
     assert b"Connection: close" in answer
     assert served.proc.wait(timeout=30) == 0
     idle.close()
-    assert [row[2] for row in events(inbox_path)] == ["inflight"]
+    assert [row[2] for row in events(place)] == ["inflight"]
     assert served.lines[-1] == "agentbox: stopped"

@@ -182,6 +182,18 @@ def start_watcher(home: Path, tmp_path: Path) -> Iterator[Callable[..., Watcher]
 
 
 @pytest.fixture
+def rows(open_inbox: Opener) -> Callable[..., list[tuple[Any, ...]]]:
+    """rows(sql, **params): what a statement reads from alice's inbox's tables, in SQL
+    both engines run (``:name`` parameters); the test's place holds its own inboxes only.
+    It opens alice's inbox, making it if need be."""
+
+    def read(sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in open_inbox()._read().rows(sql, **params)]
+
+    return read
+
+
+@pytest.fixture
 def inbox_path(place: str) -> Path:
     """Where alice's inbox file lives under the test's AGENTBOX_HOME (SQLite only)."""
     assert not is_url(place), "a test that reads the inbox file is marked sqlite_file"

@@ -17,16 +17,36 @@ from typing import Any
 
 import pytest
 
+from agentbox.location import is_url
 from support.clock import T0_2023
 from support.processes import proc_env, wait_for
 
 _SERVING = re.compile(r"on http://127\.0\.0\.1:(\d+)/")
 
 
-def events(inbox_path: Path) -> list[tuple[Any, ...]]:
-    """Every stored event's id, source, source id and payload, in order."""
-    conn = sqlite3.connect(inbox_path)
-    try:
+def events(place: str, user: str = "alice") -> list[tuple[Any, ...]]:
+    """Every event stored in the user's inbox at the test's ``place`` (see the fixture):
+    id, source, source id and payload, in order; [] where there is no inbox. Read
+    without making anything."""
+    query = """SELECT e.id, e.source, e.source_id, e.payload FROM events e
+               JOIN inboxes i ON i.id = e.inbox_id WHERE i.name = {} ORDER BY e.id"""
+    if is_url(place):
+        import psycopg
+
+        from agentbox.backends.postgres.url import parse
+
+        target = parse(place)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path = {target.schema}")
+            try:
+                return [tuple(r) for r in conn.execute(query.format("%s"), (user,))]
+            except psycopg.errors.UndefinedTable:
+                return []
+    path = Path(place) / f"{user}.sqlite3"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(path)
+    try:  # a file holds one inbox: its row has no name
         return conn.execute("SELECT id, source, source_id, payload FROM events "
                             "ORDER BY id").fetchall()
     finally:
