@@ -154,3 +154,13 @@ def test_story_names_every_transition_in_order(backend: Store) -> None:
         ("claimed", T0 + 2, 1), ("finished", T0 + 3, 1)]
     assert all(e.subject == "event" and e.subject_id == str(event_id) for e in story)
     assert story[2].detail == "boom"
+
+
+def test_a_payload_over_the_bound_is_refused_one_by_one_or_many(backend: Store) -> None:
+    big = '{"text": "' + "x" * 40 + '"}'
+    with pytest.raises(BadInput):
+        backend.ingest("hook", "big", big, T0, max_payload=32)
+    with pytest.raises(BadInput):
+        backend.ingest_many([("hook", "small", "{}"), ("hook", "big", big)], T0, max_payload=32)
+    assert backend.events() == []
+    assert [r.outcome for r in backend.ingest_many([("hook", "big", big)], T0)] == ["stored"]

@@ -92,6 +92,8 @@ def test_unknown_at_least_once_is_resent_under_the_same_key(backend: Store) -> N
     assert outbox_states(backend) == ["sending"]
     assert backend.settle_dispatch(first.key, "sent", first.deadline + 3, attempt=1)
     assert outbox_states(backend) == ["sent"]
+    assert [(e.action, e.detail) for e in backend.history("dispatch", first.key)][-1] == (
+        "sent", "late word from try 1")
 
 
 def test_a_dispatcher_that_died_is_taken_over_after_its_deadline(backend: Store) -> None:

@@ -219,3 +219,13 @@ def test_space_is_handed_back_until_none_is_left(backend: Store) -> None:
     done_events(backend, 200)
     prune(backend, LATER)  # hands back what it can
     assert backend.reclaim(10**6) == 0
+
+
+def test_a_resolved_dispatch_goes_once_past_keep_sent(backend: Store) -> None:
+    say(backend, T0, "hello")
+    uncertain = backend.claim_dispatch(T0, "at-most-once", 0, 60)
+    assert isinstance(uncertain, Dispatch)
+    assert backend.settle_dispatch(uncertain.key, "unknown", T0 + 1, "lost", attempt=1)
+    assert backend.resolve_dispatch(uncertain.key, True, T0 + 2) == 1
+    assert prune(backend, T0 + 2 + KEEP - 1).dispatches == 0  # kept from its resolve on
+    assert prune(backend, T0 + 2 + KEEP + 1).dispatches == 1

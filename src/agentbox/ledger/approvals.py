@@ -61,7 +61,8 @@ class Approvals(Core):
                               record_conflict=False)
             stored = tx.one("SELECT payload FROM events WHERE inbox_id = :box AND id = :id",
                             id=result.id)
-            standing = rules.standing(str(stored[0])) if stored is not None else "unknown"
+            assert stored is not None  # stored now, or found under its key: in this transaction
+            standing = rules.standing(str(stored[0]))
             history.record(tx, now, "approval", request_id, "answered",
                            detail=f"{reply} -> {standing}")
             return standing

@@ -10,7 +10,7 @@ and their columns are the ledger's own, the same on every engine.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agentbox.ledger.store import Store
@@ -36,10 +36,6 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def _value(value: Any) -> Any:
-    return bytes(value) if isinstance(value, memoryview) else value
-
-
 def copy_inbox(source: Store, dest: Store) -> None:
     """Every row of ``source``'s inbox into ``dest``'s, which must be new and empty."""
     box = source._made()
@@ -48,12 +44,12 @@ def copy_inbox(source: Store, dest: Store) -> None:
         assert row is not None
         tx.run(f"UPDATE inboxes SET ({', '.join(INBOX_COLUMNS)}) = "
                f"({', '.join(':' + c for c in INBOX_COLUMNS)}) WHERE id = :box",
-               **dict(zip(INBOX_COLUMNS, map(_value, row), strict=True)))
+               **dict(zip(INBOX_COLUMNS, row, strict=True)))
         for table, (columns, order) in TABLES.items():
             insert = (f"INSERT INTO {table} (inbox_id, {', '.join(columns)}) "
                       f"VALUES (:box, {', '.join(':' + c for c in columns)})")
             for chunk in reader.chunks(f"SELECT {', '.join(columns)} FROM {table} "
                                        f"WHERE inbox_id = :box ORDER BY {order}", CHUNK):
-                tx.many(insert, [dict(zip(columns, map(_value, r), strict=True))
+                tx.many(insert, [dict(zip(columns, r, strict=True))
                                  for r in chunk])
         dest.engine.recount(tx)

@@ -79,21 +79,28 @@ def _events(tx: Tx, cut: Cutoffs, limit: int) -> int:
     return len(ids)
 
 
-def _rows(rows: Callable[[], str], column: str, order: str, table: str,
-          subject: str) -> Callable[[Tx, Cutoffs, int], int]:
-    """A prune of ``table``: the rows ``rows()`` selects, their history gone with them."""
+def _rows(tx: Tx, cut: Cutoffs, limit: int, kind: str, column: str, order: str,
+          table: str, subject: str) -> int:
+    """A prune of ``table``: the rows ``_rows_of()[kind]`` selects, their history gone
+    with them."""
+    found = [r[0] for r in tx.rows(
+        f"SELECT {column} {_rows_of()[kind]} ORDER BY {order} LIMIT :limit",
+        limit=limit, **cut._asdict())]
+    _forget_history(tx, subject, found)
+    if found:
+        chosen, params = among("k", found)
+        tx.run(f"DELETE FROM {table} WHERE inbox_id = :box AND {column} IN {chosen}", **params)
+    return len(found)
 
-    def prune(tx: Tx, cut: Cutoffs, limit: int) -> int:
-        found = [r[0] for r in tx.rows(f"SELECT {column} {rows()} ORDER BY {order} LIMIT :limit",
-                                       limit=limit, **cut._asdict())]
-        _forget_history(tx, subject, found)
-        if found:
-            chosen, params = among("k", found)
-            tx.run(f"DELETE FROM {table} WHERE inbox_id = :box AND {column} IN {chosen}",
-                   **params)
-        return len(found)
 
-    return prune
+def _sent(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """Sent messages past ``keep_sent``."""
+    return _rows(tx, cut, limit, "sent", "id", "id", "outbox", "message")
+
+
+def _dispatches(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """Settled dispatches past ``keep_sent``."""
+    return _rows(tx, cut, limit, "dispatches", "key", "seq", "dispatches", "dispatch")
 
 
 def _forgotten(tx: Tx, cut: Cutoffs, limit: int) -> int:
@@ -113,9 +120,7 @@ def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
 
 
 _KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
-    _events, _rows(lambda: _rows_of()["sent"], "id", "id", "outbox", "message"),
-    _rows(lambda: _rows_of()["dispatches"], "key", "seq", "dispatches", "dispatch"), _forgotten,
-    _timer_history)
+    _events, _sent, _dispatches, _forgotten, _timer_history)
 
 
 class Prune(Core):
