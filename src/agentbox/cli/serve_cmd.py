@@ -42,8 +42,10 @@ def serve(
     signature_header, tolerance. Each answer comes after the commit: 200
     stored or duplicate, 409 conflict, 400 bad JSON or no id, 401 bad
     signature, 413 too large, 503 busy (Retry-After). GET /healthz answers
-    200. Only errors are logged unless --access-log. SIGTERM or Ctrl-C stops
-    accepting, finishes the requests under way and exits 0.
+    200. GET /a/TOKEN is an approval link's page (Yes / No), see `approve
+    list` and the public_url setting. Only errors are logged unless
+    --access-log. SIGTERM or Ctrl-C stops accepting, finishes the requests
+    under way and exits 0.
     """
     import os
     import signal
@@ -79,7 +81,8 @@ def serve(
             render.notice(message)
 
     web = WebhookApp(open_store, configured, secrets, max_payload, sess.now,
-                     busy_timeout=wait, log=log)
+                     busy_timeout=wait, log=log, user=sess.user_or_none() or "",
+                     zone=sess.zone())
     try:
         server = Server(address, web, max_body=max_payload, threads=threads,
                         request_timeout=deadline, log=log, access_log=log if access_log else None)
@@ -96,7 +99,7 @@ def serve(
     host, port = server.address
     shown = f"[{host}]" if ":" in host else host
     log(f"serving {sess.user_or_none() or sess.db_target} on http://{shown}:{port}/ "
-        "(POST /hooks/SOURCE, GET /healthz)")
+        "(POST /hooks/SOURCE, GET /healthz, approval links /a/TOKEN)")
     try:
         server.serve()
     finally:
