@@ -9,7 +9,7 @@ a whole inbox: counts come from the kept tallies, events are paged by id
 
 Security: every value shown is escaped (:mod:`agentbox.pages`); every action
 is a POST carrying the console's CSRF token and answered by a redirect; a
-request whose ``Origin`` is another site is refused. Without ``console_token``
+POST whose ``Origin`` names another site is refused. Without ``console_token``
 the console listens on loopback only and answers only requests whose
 ``Host`` is a loopback name (a page of another site that rebinds its name to
 127.0.0.1 gets nothing); with it, every page but the login form wants the
@@ -124,7 +124,9 @@ class ConsoleApp:
         if self._token is None and not is_loopback(urlsplit(f"//{host}").hostname or ""):
             return self._message(403, "Refused", "This console answers on loopback only.")
         origin = request.headers.get("Origin")
-        if origin is not None and request.method == "POST" \
+        # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
+        # forms, so only a named other site is refused here; the CSRF token decides.
+        if origin not in (None, "null") and request.method == "POST" \
                 and urlsplit(origin).netloc.lower() != host.lower():
             return self._message(403, "Refused", "A form from another site was refused.")
         if self._token is None or self._authorised(request):
