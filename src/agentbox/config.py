@@ -142,6 +142,7 @@ class Key(NamedTuple):
     # A fuller check made when the value is set, too costly to repeat on every read.
     check: Callable[[Any], None] | None = None
     duration: bool = False  # a number of seconds, shown as a duration
+    secret: bool = False  # `config show` says whether it is set, never what it is
 
 
 def _duration_key(help: str, allow_zero: bool = False) -> Key:
@@ -179,7 +180,8 @@ KEYS: dict[str, Key] = {
                       "(https://host/...): approval links are PUBLIC_URL/a/TOKEN; unset, "
                       "there are none"),
     "console_token": Key(_console_token, "the secret `agentbox console` asks for (bearer "
-                         "header or its login form); required on any address but loopback"),
+                         "header or its login form); required on any address but loopback",
+                         secret=True),
 }
 _POLICY_FIELDS = set(Policy._fields)
 

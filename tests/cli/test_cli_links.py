@@ -69,3 +69,11 @@ def test_dispatch_sends_the_link(cli, tmp_path: Path) -> None:
     sent = cli("dispatch", now=T0 + 1)
     assert sent.code == 0, sent.err
     assert sent.out.strip() == f"Refund? {links(cli, T0 + 1)['r1']}"
+
+
+def test_config_show_never_prints_the_console_token(cli) -> None:
+    assert cli("config", "set", "console_token", "s3cret-s3cret-s3cret").code == 0
+    shown = cli("config", "show", "--json")
+    assert "s3cret" not in shown.out
+    assert {r["key"]: r["value"] for r in json.loads(shown.out)}["console_token"] == "(set)"
+    assert cli("config", "set", "console_token", "short").code == 2
