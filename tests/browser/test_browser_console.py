@@ -69,3 +69,25 @@ def test_replay_resolve_and_answer_from_the_console(console: Callable[..., Serve
     shoot(desk, "console-events")
     desk.get_by_role("link", name="Older").click()
     assert desk.locator("tbody tr").count() == 10
+
+
+def test_off_loopback_the_login_form_lets_the_operator_in(console: Callable[..., Served],
+                                                          store: Store, home: Path,
+                                                          desk: Page, shoot: Shoot) -> None:
+    dead_event(store, "order-7", NOW)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('console_token = "console-secret-0123456789"\n')
+    served = console(host="0.0.0.0")
+    desk.goto(f"http://127.0.0.1:{served.port}/i/alice")
+    assert "order-7" not in desk.inner_text("body")
+    shoot(desk, "console-login")
+    desk.get_by_label("Console token").fill("not the token")
+    desk.get_by_role("button", name="Sign in").click()
+    assert "not the console token" in desk.inner_text(".notice")
+    desk.get_by_label("Console token").fill("console-secret-0123456789")
+    desk.get_by_role("button", name="Sign in").click()
+    assert "alice" in desk.inner_text("table")
+    desk.goto(f"http://127.0.0.1:{served.port}/i/alice")
+    assert "order-7" in desk.inner_text("main")
+    [cookie] = desk.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
