@@ -387,6 +387,32 @@ def filled_inbox(path: Path, *statements: tuple[str, Mapping[str, object]]) -> P
     return path
 
 
+EVENTS_FILL = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :total),
+k(i, state) AS (
+    SELECT i, CASE WHEN i > :total - :pending THEN 'pending'
+                   WHEN i % :dead_every = 0 AND i <= :dead_every * :dead THEN 'dead'
+                   ELSE 'done' END FROM n)
+INSERT INTO events (id, source, source_id, payload, status, attempts, claim_gen, error,
+                    created_at, updated_at)
+SELECT i, 'github', 'delivery-' || i,
+       '{"action":"opened","number":' || i || ',"repo":"octo/bench","text":"look"}',
+       state,
+       CASE state WHEN 'pending' THEN 0 WHEN 'dead' THEN 3 ELSE 1 END,
+       CASE state WHEN 'pending' THEN NULL ELSE 1 END,
+       CASE state WHEN 'dead' THEN 'too many attempts (3); last: handler exited 1' END,
+       :t0 - :total + i, :t0 - :total + i
+FROM k"""
+
+
+def events_inbox(path: Path, total: int, pending: int, dead: int) -> Path:
+    """An inbox of ``total`` events, mostly done with their history, ``dead`` dead ones
+    spread through it and ``pending`` pending ones at the end, built in seconds."""
+    return filled_inbox(path, (EVENTS_FILL, {"total": total, "pending": pending,
+                                             "dead_every": (total - pending) // dead,
+                                             "dead": dead, "t0": T0}), (HISTORY, {}))
+
+
 def copy_inbox(template: Path, dest: Path) -> Path:
     """A fresh copy of a checkpointed inbox (the WAL flag lives in the file header)."""
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -18,10 +18,10 @@ from functools import partial
 from pathlib import Path
 
 from benchlib import (
-    HISTORY,
     T0,
     Row,
     event_listings,
+    events_inbox,
     filled_inbox,
     interleaved,
     median,
@@ -39,26 +39,6 @@ DEAD = 50
 BATCH = 10  # events per claim
 HOLDER = "bench:1:cafe"
 
-_FILL = """
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :total),
-k(i, state) AS (
-    SELECT i, CASE WHEN i > :total - :pending THEN 'pending'
-                   WHEN i % :dead_every = 0 AND i <= :dead_every * :dead THEN 'dead'
-                   ELSE 'done' END FROM n)
-INSERT INTO events (id, source, source_id, payload, status, attempts, claim_gen, error,
-                    created_at, updated_at)
-SELECT i, 'github', 'delivery-' || i,
-       '{"action":"opened","number":' || i || ',"repo":"octo/bench","text":"look"}',
-       state,
-       CASE state WHEN 'pending' THEN 0 WHEN 'dead' THEN 3 ELSE 1 END,
-       CASE state WHEN 'pending' THEN NULL ELSE 1 END,
-       CASE state WHEN 'dead' THEN 'too many attempts (3); last: handler exited 1' END,
-       :t0 - :total + i, :t0 - :total + i
-FROM k"""
-
-
-
-
 _REMEMBERED = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :keys)
 INSERT INTO pruned_keys (source, source_id, digest, event_id, until)
@@ -66,9 +46,7 @@ SELECT 'github', 'pruned-' || i, randomblob(16), i, :t0 + 86400 FROM n"""
 
 
 def build(path: Path, total: int, pending: int) -> Path:
-    return filled_inbox(path, (_FILL, {"total": total, "pending": pending,
-                                       "dead_every": (total - pending) // DEAD, "dead": DEAD,
-                                       "t0": T0}), (HISTORY, {}))
+    return events_inbox(path, total, pending, DEAD)
 
 
 def main() -> None:

@@ -117,12 +117,32 @@ def _known_zone(value: Any) -> None:
     zone(value)
 
 
+def _public_url(value: Any) -> str:
+    from agentbox.rules.links import check_public_url
+
+    if not isinstance(value, str):
+        raise BadInput(f"public_url is a URL, not {value!r}")
+    return check_public_url(value)
+
+
+MIN_CONSOLE_TOKEN = 16  # characters: a guessable console token guards nothing
+
+
+def _console_token(value: Any) -> str:
+    if not isinstance(value, str) or len(value) < MIN_CONSOLE_TOKEN \
+            or not value.isascii() or not value.isprintable() or " " in value:
+        raise BadInput(f"console_token is at least {MIN_CONSOLE_TOKEN} printable ASCII "
+                       "characters without spaces (e.g. from `openssl rand -hex 16`)")
+    return value
+
+
 class Key(NamedTuple):
     parse: Callable[[Any], Any]
     help: str  # what it does; its default is Policy's, shown by :func:`described`
     # A fuller check made when the value is set, too costly to repeat on every read.
     check: Callable[[Any], None] | None = None
     duration: bool = False  # a number of seconds, shown as a duration
+    secret: bool = False  # `config show` says whether it is set, never what it is
 
 
 def _duration_key(help: str, allow_zero: bool = False) -> Key:
@@ -156,6 +176,12 @@ KEYS: dict[str, Key] = {
                                "(one file per user under the data folder)"),
     "timezone": Key(_zone_name, "zone of cron timers and of times written without one "
                     "(TZ, else the system's)", check=_known_zone),
+    "public_url": Key(_public_url, "where people reach `agentbox serve` "
+                      "(https://host/...): approval links are PUBLIC_URL/a/TOKEN; unset, "
+                      "there are none"),
+    "console_token": Key(_console_token, "the secret `agentbox console` asks for (bearer "
+                         "header or its login form); required on any address but loopback",
+                         secret=True),
 }
 _POLICY_FIELDS = set(Policy._fields)
 
@@ -215,6 +241,14 @@ class Settings:
     @property
     def timezone(self) -> str | None:
         return self.value("timezone")  # type: ignore[no-any-return]
+
+    @property
+    def public_url(self) -> str | None:
+        return self.value("public_url")  # type: ignore[no-any-return]
+
+    @property
+    def console_token(self) -> str | None:
+        return self.value("console_token")  # type: ignore[no-any-return]
 
 
 _DEFAULTS = Policy()
@@ -440,7 +474,8 @@ def unset_value(path: Path, key: str, user: str | None) -> bool:
     return _rewrite(path, change)
 
 
-_TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone"})  # not numbers
+_TEXT_KEYS = frozenset({"delivery", "handler", "sender", "database", "timezone", "public_url",
+                        "console_token"})  # not numbers
 LOCK_WAIT = 10.0  # seconds a writer waits for another one before giving up (exit 75)
 
 

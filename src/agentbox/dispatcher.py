@@ -141,6 +141,9 @@ class Dispatcher:
     sender: Sender
     clock: Callable[[], int]
     stop: Stop = field(default_factory=Stop)
+    #: Whose inbox it is and where ``serve`` is reached: what ``{approval:ID}`` links need.
+    user: str = ""
+    public_url: str | None = None
 
     def claim(self) -> Dispatch | Wait:
         """Claim the next send (an overdue at-least-once resend first), or say why not."""
@@ -150,6 +153,11 @@ class Dispatcher:
 
     def deliver(self, dispatch: Dispatch) -> DispatchReport:
         """Run the sender on a claimed dispatch and settle its word."""
+        try:
+            dispatch = self.linked(dispatch)
+        except AgentboxError as exc:  # nothing went out: a failed try, resent later
+            return DispatchReport("failed", dispatch, self._settle(
+                dispatch, "failed", f"cannot make the approval links: {exc}"))
         if self.stop.requested:  # the stop came during the claim: nothing went out
             return DispatchReport("interrupted", dispatch,
                                   self._settle(dispatch, "failed", NOT_STARTED),
@@ -167,6 +175,11 @@ class Dispatcher:
                 self._settle(dispatch, "unknown", INTERRUPTED)
             raise
         return DispatchReport(outcome, dispatch, self._settle(dispatch, outcome, error))
+
+    def linked(self, dispatch: Dispatch) -> Dispatch:
+        """The dispatch as it is sent: each ``{approval:ID}`` in its body made a link."""
+        body = self.store.linked_body(dispatch.body, self.user, self.public_url, self.clock())
+        return dispatch if body == dispatch.body else dispatch._replace(body=body)
 
     def dispatch_once(self) -> DispatchReport:
         claimed = self.claim()

@@ -1,8 +1,10 @@
 """`agentbox serve`: webhooks over HTTP into one user's inbox.
 
 Routes: ``POST /hooks/{source}`` takes one delivery, ``GET /healthz`` says the
-server is up. A delivery goes through :mod:`agentbox.delivery`, the same path
-as ``agentbox ingest``, and is answered only once its transaction committed:
+server is up, ``GET|POST /a/TOKEN`` are the pages of approval links
+(:mod:`agentbox.approval_pages`) and ``/static/agentbox.css`` their stylesheet.
+A delivery goes through :mod:`agentbox.delivery`, the same path as
+``agentbox ingest``, and is answered only once its transaction committed:
 
 ====  =====================================================================
 200   ``{"outcome": "stored"|"duplicate", "id", "source", "source_id"}``
@@ -34,10 +36,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
+from zoneinfo import ZoneInfo
 
 from agentbox import delivery
+from agentbox.approval_pages import PREFIX, ApprovalPages
 from agentbox.errors import AgentboxError, BadInput, Busy, SignatureMismatch
 from agentbox.jsonutil import type_name
+from agentbox.pages import STYLESHEET, stylesheet
 from agentbox.sources import Source
 from agentbox.web import HTTPError, Request, Response
 
@@ -77,7 +82,8 @@ class WebhookApp:
 
     def __init__(self, open_store: Callable[[], Store], sources: Mapping[str, Source],
                  secrets: Mapping[str, bytes], max_payload: int, clock: Callable[[], int],
-                 busy_timeout: float, log: Callable[[str], None]) -> None:
+                 busy_timeout: float, log: Callable[[str], None], user: str = "",
+                 zone: ZoneInfo | None = None) -> None:
         self._open_store = open_store
         self._sources = dict(sources)
         self._secrets = dict(secrets)
@@ -89,11 +95,18 @@ class WebhookApp:
         self._local = threading.local()
         self._stores: list[Store] = []
         self._stores_lock = threading.Lock()
+        self._links = ApprovalPages(self.store, user, zone or ZoneInfo("UTC"), clock,
+                                    self._turn, log, self._retry_after)
 
     def __call__(self, request: Request) -> Response:
         if request.path == "/healthz":
             _allow(request, "GET", "HEAD")
             return Response.json(200, {"status": "ok"})
+        if request.path.startswith(PREFIX):
+            return self._links(request)
+        if request.path == STYLESHEET:
+            _allow(request, "GET", "HEAD")
+            return stylesheet()
         if request.path.startswith(HOOKS) and "/" not in request.path[len(HOOKS):] \
                 and len(request.path) > len(HOOKS):
             _allow(request, "POST")

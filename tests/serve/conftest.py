@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from support.serving import Served, start_server
+from support.serving import Served, servers
 
 
 @pytest.fixture
 def serve(home: Path) -> Iterator[Callable[..., Served]]:
     """serve(*extra_args, env=...) -> a running server; every one is stopped afterwards."""
-    started: list[Served] = []
-
-    def start(*args: str, env: Mapping[str, str] | None = None) -> Served:
-        served = start_server(home, *args, env=env)
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        if served.proc.poll() is None:
-            served.proc.kill()
-            served.proc.wait(timeout=30)
+    with servers(home) as start:
+        yield start
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from agentbox.location import is_url
 from support.clock import T0_2023
 from support.processes import proc_env, wait_for
 
-_SERVING = re.compile(r"on http://127\.0\.0\.1:(\d+)/")
+_SERVING = re.compile(r"on http://[^/\s]+:(\d+)/")
 
 
 def events(place: str, user: str = "alice") -> list[tuple[Any, ...]]:
@@ -121,10 +122,11 @@ class Served:
 
 
 def start_server(home: Path, *args: str, env: Mapping[str, str] | None = None,
-                 port: int = 0) -> Served:
-    """Start `python -m agentbox serve` (on a free port by default); wait until it listens."""
+                 port: int = 0, command: str = "serve", host: str = "127.0.0.1") -> Served:
+    """Start `python -m agentbox serve` (or ``command``: `console`) on a free port by
+    default; wait until it listens."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentbox", "serve", "--listen", f"127.0.0.1:{port}", *args],
+        [sys.executable, "-m", "agentbox", command, "--listen", f"{host}:{port}", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**proc_env(home, AGENTBOX_NOW=str(T0_2023)), **(env or {})})
     served = Served(proc)
@@ -143,3 +145,24 @@ def start_server(home: Path, *args: str, env: Mapping[str, str] | None = None,
         proc.wait(timeout=10)
         pytest.fail(f"serve exited {proc.returncode}: {served.lines}")
     return served
+
+
+@contextmanager
+def servers(home: Path, command: str = "serve") -> Iterator[Callable[..., Served]]:
+    """start(*args, env=..., host=...) -> a running server of ``command``; every one
+    started is killed when the block ends."""
+    started: list[Served] = []
+
+    def start(*args: str, env: Mapping[str, str] | None = None,
+              host: str = "127.0.0.1") -> Served:
+        served = start_server(home, *args, env=env, command=command, host=host)
+        started.append(served)
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in started:
+            if served.proc.poll() is None:
+                served.proc.kill()
+                served.proc.wait(timeout=30)

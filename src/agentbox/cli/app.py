@@ -21,6 +21,7 @@ from agentbox.cli.session import Session
 COMMANDS: dict[str, str] = {
     "ingest": "ingest_cmd",
     "serve": "serve_cmd",
+    "console": "console_cmd",
     "run": "run_cmd",
     "dispatch": "dispatch_cmds",
     "status": "inbox_cmds",

@@ -96,13 +96,37 @@ def approve_answer(
 
 @approve_app.command("list")
 def approve_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Every request, its deadline and the outcome that stands (pending until one does)."""
+    """Every request, its deadline and the outcome that stands (pending until one does).
 
+    With `public_url` set, each pending request shows its link (JSON: "url", null
+    for one no longer pending and when public_url is unset)."""
+
+    from agentbox import render
+    from agentbox.rules.links import url
+
+    sess = session(ctx)
+    store = sess.store()
+    public_url = sess.settings().public_url
+    user = sess.user_or_none() or ""
+    rows = []
+    for approval in store.approvals(sess.now()):
+        row = approval._asdict()
+        row["url"] = (url(public_url, store.approval_token(user, approval))
+                      if public_url is not None and approval.outcome == "pending" else None)
+        rows.append(row)
+    columns = ["id", "action", "outcome", "requested_at", "expires_at", "answered_at"]
+    render.records(rows, [*columns, "url"] if public_url is not None else columns, as_json,
+                   title="approvals", empty="no approvals",
+                   human={"requested_at": render.when, "expires_at": render.when,
+                          "answered_at": render.when}, text=["action", "url"])
+
+
+@approve_app.command("rotate-links")
+def approve_rotate_links(ctx: typer.Context) -> None:
+    """Sign approval links with a new secret: every link handed out before stops working
+    (404); `approve list` shows the new ones."""
     from agentbox import render
 
     sess = session(ctx)
-    rows = [a._asdict() for a in sess.store().approvals(sess.now())]
-    render.records(rows, ["id", "action", "outcome", "requested_at", "expires_at",
-                          "answered_at"], as_json, title="approvals", empty="no approvals",
-                   human={"requested_at": render.when, "expires_at": render.when,
-                          "answered_at": render.when}, text=["action"])
+    sess.store().rotate_links(sess.now())
+    render.line("approval links rotated: every earlier link is refused")

@@ -52,8 +52,9 @@ def _show(ctx: typer.Context, as_json: bool) -> None:
 
     sess = session(ctx)
     settings = sess.settings()
-    rows = [{"key": key, "value": settings.value(key), "origin": settings.origins[key],
-             "help": config.described(key)} for key in config.KEYS]
+    rows = [{"key": key, "value": "(set)" if known.secret and settings.value(key) is not None
+             else settings.value(key), "origin": settings.origins[key],
+             "help": config.described(key)} for key, known in config.KEYS.items()]
     path = paths.config_path()
     for name, keys in sources.in_force(config.load(path), path, sess.user).items():
         rows += [{"key": f"sources.{name}.{key}", "value": found.value, "origin": found.origin,

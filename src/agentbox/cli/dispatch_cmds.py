@@ -163,7 +163,8 @@ def dispatch(
         sender = CommandSender(argv, policy.send_timeout, {
             **os.environ, "AGENTBOX_USER": sess.user_or_none() or "",
             "AGENTBOX_DB": sess.db_target})
-    dispatcher = Dispatcher(sess.store(), policy, sender, sess.now)
+    dispatcher = Dispatcher(sess.store(), policy, sender, sess.now,
+                            user=sess.user_or_none() or "", public_url=settings.public_url)
     if watch:
         from agentbox.durations import format_duration
 

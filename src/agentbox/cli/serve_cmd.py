@@ -42,16 +42,17 @@ def serve(
     signature_header, tolerance. Each answer comes after the commit: 200
     stored or duplicate, 409 conflict, 400 bad JSON or no id, 401 bad
     signature, 413 too large, 503 busy (Retry-After). GET /healthz answers
-    200. Only errors are logged unless --access-log. SIGTERM or Ctrl-C stops
-    accepting, finishes the requests under way and exits 0.
+    200. GET /a/TOKEN is an approval link's page (Yes / No), see `approve
+    list` and the public_url setting. Only errors are logged unless
+    --access-log. SIGTERM or Ctrl-C stops accepting, finishes the requests
+    under way and exits 0.
     """
     import os
-    import signal
-    import threading
 
-    from agentbox import config, paths, render, sources
-    from agentbox.errors import AgentboxError, UsageError
-    from agentbox.httpserver import Server
+    from agentbox import config, paths, sources
+    from agentbox.cli.listening import listen as listen_on
+    from agentbox.cli.listening import logger
+    from agentbox.errors import UsageError
     from agentbox.serve import WebhookApp
 
     address = listen_flag("--listen", listen)
@@ -72,33 +73,13 @@ def serve(
             secrets[name] = os.fsencode(secret)
     open_store = sess.store_factory(busy_timeout=wait)
     open_store().close()  # the inbox opens (made, migrated) before anything is accepted
-    log_lock = threading.Lock()
-
-    def log(message: str) -> None:
-        with log_lock:
-            render.notice(message)
-
+    log = logger()
     web = WebhookApp(open_store, configured, secrets, max_payload, sess.now,
-                     busy_timeout=wait, log=log)
-    try:
-        server = Server(address, web, max_body=max_payload, threads=threads,
-                        request_timeout=deadline, log=log, access_log=log if access_log else None)
-    except OSError as exc:
-        raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-
-    def stop(signum: int, _frame: object) -> None:
-        # Logged by the server's loop, not here: the signal may come while that
-        # thread, the one running this handler, is inside log().
-        server.stop(f"stopping on {signal.Signals(signum).name}: finishing requests under way")
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    host, port = server.address
-    shown = f"[{host}]" if ":" in host else host
-    log(f"serving {sess.user_or_none() or sess.db_target} on http://{shown}:{port}/ "
-        "(POST /hooks/SOURCE, GET /healthz)")
-    try:
-        server.serve()
-    finally:
-        web.close()
-    log("stopped")
+                     busy_timeout=wait, log=log, user=sess.user_or_none() or "",
+                     zone=sess.zone())
+    who = sess.user_or_none() or sess.db_target
+    listen_on(address, listen, web, web.close, log,
+              lambda url: f"serving {who} on {url} "
+              "(POST /hooks/SOURCE, GET /healthz, approval links /a/TOKEN)",
+              max_body=max_payload, threads=threads, request_timeout=deadline,
+              access_log=log if access_log else None)

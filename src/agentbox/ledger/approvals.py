@@ -69,15 +69,30 @@ class Approvals(Core):
 
     def approvals(self, now: int) -> list[Approval]:
         """Every request with its outcome as of ``now``."""
+        return self._approvals_where("", now)
+
+    def pending_approvals(self, now: int, limit: int = 100) -> list[Approval]:
+        """The requests still waiting for an answer at ``now``, soonest deadline first."""
+        return self._approvals_where("AND e.payload IS NULL AND a.expires_at > :now", now,
+                                     order="a.expires_at, a.id LIMIT :limit", limit=limit)
+
+    def approval(self, request_id: str, now: int) -> Approval | None:
+        """One request with its outcome as of ``now``; None if it was never made."""
+        found = self._approvals_where("AND a.id = :id", now, id=request_id)
+        return found[0] if found else None
+
+    def _approvals_where(self, where: str, now: int, order: str = "a.requested_at, a.id",
+                         **params: object) -> list[Approval]:
         from agentbox.rules import approvals as rules
         from agentbox.rules.approvals import Approval
 
         rows = self._read().rows(
-            """SELECT a.id, a.action, a.requested_at, a.expires_at, e.payload, e.created_at
+            f"""SELECT a.id, a.action, a.requested_at, a.expires_at, e.payload, e.created_at
                FROM approvals a
                LEFT JOIN events e ON e.inbox_id = a.inbox_id AND e.source = :source
                                   AND e.source_id = a.id
-               WHERE a.inbox_id = :box ORDER BY a.requested_at, a.id""", source=rules.SOURCE)
+               WHERE a.inbox_id = :box {where} ORDER BY {order}""", source=rules.SOURCE,
+            now=now, **params)
         return [Approval(str(rid), str(action), int(requested), int(expires),
                          rules.listed(payload, now, int(expires)),
                          None if answered is None else int(answered))

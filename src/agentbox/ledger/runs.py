@@ -183,6 +183,7 @@ class Runs(Core):
         raises and writes nothing."""
 
         from agentbox.ledger.approvals import request_in
+        from agentbox.ledger.links import check_links_in
         from agentbox.ledger.outbox import queue_in
         from agentbox.ledger.timers import add_in
         from agentbox.rules.answer import Answer
@@ -201,6 +202,8 @@ class Runs(Core):
             queue_in(tx, now, generation, answer.messages)
             for request in answer.approvals:
                 request_in(tx, request.id, now, request.expires_in, request.action)
+            if answer.messages:
+                check_links_in(tx, answer, now)
             for follow_up in answer.timers:
                 add_in(tx, follow_up.to_timer(now), now, replace=True)
             return True

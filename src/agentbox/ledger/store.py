@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from agentbox.ledger.approvals import Approvals
 from agentbox.ledger.inbox import Inbox
 from agentbox.ledger.lease import Leases
+from agentbox.ledger.links import Links
 from agentbox.ledger.outbox import Outbox
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
@@ -43,7 +44,7 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
-class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune):
+class Store(Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune):
     """One user's inbox: events, lease, runs, timers, approvals and outbox."""
 
     def __enter__(self) -> Store:

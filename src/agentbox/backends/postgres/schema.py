@@ -238,5 +238,9 @@ CREATE TABLE state_counts (
     *_wake_triggers(),
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Approval links: the inbox's secret that signs them, made on first need
+# (NULL until then); `approve rotate-links` replaces it.
+_V2 = ("ALTER TABLE inboxes ADD COLUMN link_secret text",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)

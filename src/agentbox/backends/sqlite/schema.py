@@ -253,5 +253,11 @@ ALTER TABLE dispatches ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE pruned_keys ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Approval links: the inbox's secret that signs them, made on first need
+# (NULL until then); `approve rotate-links` replaces it.
+_V9 = """
+ALTER TABLE inboxes ADD COLUMN link_secret TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)
