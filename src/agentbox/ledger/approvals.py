@@ -63,7 +63,7 @@ class Approvals(Core):
                             id=result.id)
             standing = rules.standing(str(stored[0])) if stored is not None else "unknown"
             history.record(tx, now, "approval", request_id, "answered",
-                           detail=f"{reply} -> {standing}")
+                           detail=rules.answered_detail(reply, standing))
             return standing
 
     def approvals(self, now: int) -> list[Approval]:
