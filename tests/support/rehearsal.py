@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentbox.rehearsal.traffic import Traffic
+
 AGENT = r'''
 import json, os, sys, time
 prefix = sys.argv[1] if len(sys.argv) > 1 else "you said "
@@ -87,3 +89,19 @@ def live_day(cli: Callable[..., Any], argv: list[str]) -> list[tuple[int, str]]:
                 break
             sent.append((now, result.out[:-1]))
     return sent
+
+
+def day_traffic() -> Traffic:
+    """The day's inputs as an export would hold them, with nothing recorded as sent."""
+    from agentbox.jsonutil import canonical
+    from agentbox.rehearsal.traffic import Arrival, Header
+    from agentbox.rules.records import Answered
+
+    traffic = Traffic(Header("alice", None, None, None, END, {}))
+    for offset, what in DAY:
+        if len(what) == 3:
+            source, key, payload = what
+            traffic.arrivals.append(Arrival(T0 + offset, source, key, canonical(payload)))
+        else:
+            traffic.answers.append(Answered(T0 + offset, *what))
+    return traffic
