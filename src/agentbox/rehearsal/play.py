@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentbox.dispatcher import Dispatcher
-from agentbox.errors import AgentboxError, BadInput
+from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.ledger.traffic import channel_of
 from agentbox.rehearsal.faults import Faults
@@ -240,7 +240,13 @@ class Rehearsal:
             self._note(at, report)
             if report.outcome == "refused" and report.generation in self._lapsed:
                 return True  # the standby holds the lease now
+            if not self._due_now():
+                return False  # what the watcher's next, idle pass would find
         return False
+
+    def _due_now(self) -> bool:
+        due = self.store.next_work(self.now)
+        return due is not None and due <= self.now
 
     def _note(self, at: int, report: RunReport) -> None:
         outcome = report.outcome
@@ -250,6 +256,12 @@ class Rehearsal:
                                     report.events, outcome, report.error))
 
     def _dispatch(self) -> None:
+        """Dispatch while the outbox may send; like a watching dispatcher, only a read
+        when nothing is held."""
+        outbox = self.store.status().outbox
+        if not (outbox["held"] or outbox["sending"]):
+            self._wait = None
+            return
         while True:
             report = self.dispatcher.dispatch_once()
             if report.dispatch is None:
@@ -261,10 +273,7 @@ class Rehearsal:
         times = []
         if self._inputs:
             times.append(self._inputs[0][0])
-        try:
-            due = self.store.next_work(self.now)
-        except AgentboxError:
-            due = None
+        due = self.store.next_work(self.now)
         if due is not None:
             times.append(due)
         if self._wait is not None and self._wait.held and self._wait.until is not None:
