@@ -101,6 +101,16 @@ def _row(pair: "Pair") -> list[Any]:
             render.when(now.at) if now else "-", side.channel, body]
 
 
+def _totals(t: "dict[str, Any]") -> list[str]:
+    return [f"runs: {t['runs']} ({t['done']} done, {t['failed']} failed, {t['killed']} killed, "
+            f"{t['stalled']} stalled)",
+            f"events: {t['events']} ({t['duplicates']} delivered twice, {t['refused']} "
+            f"refused, {t['dead']} dead, {t['unfinished']} unfinished)",
+            f"approvals: {t['approvals']} ({t['approved']} yes, {t['declined']} no, "
+            f"{t['expired']} expired); timers fired: {t['timers_fired']}; sends: "
+            f"{t['sends']}"]
+
+
 def _show(report: "Report", origin: str) -> None:
     from agentbox import render
 
@@ -117,7 +127,9 @@ def _show(report: "Report", origin: str) -> None:
     render.line(f"{report.differences} difference(s) in what was sent "
                 "(= same, ~ another time, ≠ another body, - not sent now, + new)")
     render.line()
-    render.pairs([(k.replace("_", " "), v) for k, v in totals.items()], title="totals")
+    for text in _totals(totals):
+        render.line(text)
+    render.line()
     render.checklist(["promise", "held"],
                      [[p.name, render.Mark(p.held, "; ".join(p.broken))]
                       for p in report.promises])

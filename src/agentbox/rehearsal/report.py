@@ -2,10 +2,11 @@
 promises checked against the scratch inbox the rehearsal leaves.
 
 The sends are set side by side as the longest common run of (channel, body)
-in order (:class:`difflib.SequenceMatcher`), then each pair is marked: ``=``
+in order (:class:`difflib.SequenceMatcher`); between those runs, a send at the
+same moment as one recorded is its replacement. Each pair is marked: ``=``
 the same body at the same time, ``~`` the same body at another time, ``≠`` a
-different body in its place, ``-`` sent then and not now, ``+`` sent now and
-not then.
+different body at the same time, ``-`` sent then and not now, ``+`` sent now
+and not then.
 
 What the promises can see is the store's story and the runs the rehearsal
 made; they cannot see inside the handler. A run cut short by a fault may have
@@ -60,11 +61,21 @@ def pair_sends(recorded: Sequence[Spoke], rehearsed: Sequence[Send]) -> list[Pai
             pairs.extend(Pair(SAME if o.at == n.at else MOVED, o, n)
                          for o, n in zip(olds, news, strict=True))
             continue
-        common = min(len(olds), len(news))
-        pairs.extend(Pair(CHANGED, o, n) for o, n in zip(olds[:common], news[:common],
-                                                        strict=True))
-        pairs.extend(Pair(GONE, o, None) for o in olds[common:])
-        pairs.extend(Pair(NEW, None, n) for n in news[common:])
+        pairs.extend(_by_time(olds, news))
+    return pairs
+
+
+def _by_time(olds: list[Spoke], news: list[Send]) -> list[Pair]:
+    """Sends that differ, in time order: a body sent at the same moment as another was is
+    its replacement; the others were sent only then, or only now."""
+    pairs: list[Pair] = []
+    while olds or news:
+        if olds and news and olds[0].at == news[0].at:
+            pairs.append(Pair(CHANGED, olds.pop(0), news.pop(0)))
+        elif olds and (not news or olds[0].at < news[0].at):
+            pairs.append(Pair(GONE, olds.pop(0), None))
+        else:
+            pairs.append(Pair(NEW, None, news.pop(0)))
     return pairs
 
 
