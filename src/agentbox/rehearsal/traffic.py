@@ -118,6 +118,9 @@ def lines(traffic: Traffic) -> Iterator[str]:
 
 # -- reading -------------------------------------------------------------------
 
+_KINDS: dict[object, str] = {str: "a string", int: "an integer",
+                             dict: "a JSON object"}
+
 
 def _field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...],
            optional: bool = False) -> Any:
@@ -125,7 +128,7 @@ def _field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...],
     if value is None and optional:
         return None
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise BadInput(f"{name!r} is missing or not a {getattr(kind, '__name__', kind)}")
+        raise BadInput(f"{name!r} must be {_KINDS.get(kind, 'given')}")
     return value
 
 
