@@ -104,3 +104,21 @@ def test_the_traffic_comes_from_one_place(cli: Cli, tmp_path: Path) -> None:
     assert newer.code == 65 and "line 1" in newer.err and "version 9" in newer.err
     faults = cli("rehearse", "--from", str(bad), "--faults", "kill=2", "--", *argv)
     assert faults.code == 2 and "probability" in faults.err
+
+
+def test_the_settings_in_force_are_rehearsed_and_a_change_is_said(cli: Cli,
+                                                                  tmp_path: Path) -> None:
+    argv = agent(tmp_path)
+    live = live_day(cli, argv)
+    path, _ = _export(cli, tmp_path)
+    assert cli("config", "set", "outbox_gap", "10m").code == 0
+    result = cli("rehearse", "--from", str(path), "--json", "--", *argv, now=END)
+    assert result.code == 0, result.err
+    assert "outbox_gap is 600 here; the export was made under 3600" in result.err
+    doc = json.loads(result.out)
+    assert doc["settings_differ"] == [{"setting": "outbox_gap", "exported": 3600,
+                                       "in_force": 600}]
+    rehearsed = [(p["rehearsed"]["at"], p["rehearsed"]["body"]) for p in doc["sends"]
+                 if p["rehearsed"]]
+    assert rehearsed[:2] == [(T0, "you said hello"), (T0 + 600, "you said deploy?")]
+    assert len(rehearsed) > len(live) and doc["differences"] > 0

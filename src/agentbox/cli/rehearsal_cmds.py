@@ -118,8 +118,6 @@ def _show(report: "Report", origin: str) -> None:
     faults = f", faults {report.faults} (seed {report.seed})" if report.faults else ""
     render.line(f"rehearsed {len(traffic.arrivals)} arrival(s), {len(traffic.answers)} "
                 f"answer(s) and {len(traffic.sends)} send(s) from {origin}{faults}")
-    for key, exported, in_force in report.settings_differ:
-        render.notice(f"{key} is {in_force} here; the export was made under {exported}")
     render.line()
     render.table(["", "sent", "would send", "channel", "body"],
                  [_row(p) for p in report.pairs], title="sends",
@@ -193,6 +191,8 @@ def rehearse(
     report = replay(traffic, settings.policy, settings.handler,
                     sess.user_or_none() or traffic.header.user, spec, seed)
     code = report.exit_code(fail_on_diff)
+    for key, exported, in_force in report.settings_differ:
+        render.notice(f"{key} is {in_force} here; the export was made under {exported}")
     if as_json:
         render.document(report.document(fail_on_diff))
     else:
