@@ -35,12 +35,12 @@ def cpu() -> float:
 
 def traffic(count: int):  # type: ignore[no-untyped-def]
     from agentbox.jsonutil import canonical
-    from agentbox.rehearsal.traffic import Arrival, Header, Traffic
+    from agentbox.rehearsal.traffic import Arrival, Header, Recording
 
     end = T0 + count * EVERY
     arrivals = [Arrival(T0 + i * EVERY, "chat", f"m{i}", canonical({"n": i}))
                 for i in range(count)]
-    return Traffic(Header("bench", None, None, None, end, {}), arrivals)
+    return Recording(Header("bench", None, None, None, end, {}), arrivals)
 
 
 def live(path: str, recorded, argv: list[str]) -> tuple[float, int]:  # type: ignore[no-untyped-def]

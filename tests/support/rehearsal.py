@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentbox.rehearsal.traffic import Traffic
+from agentbox.rehearsal.traffic import Recording
 
 AGENT = r'''
 import json, os, sys, time
@@ -91,13 +91,13 @@ def live_day(cli: Callable[..., Any], argv: list[str]) -> list[tuple[int, str]]:
     return sent
 
 
-def day_traffic() -> Traffic:
+def day_traffic() -> Recording:
     """The day's inputs as an export would hold them, with nothing recorded as sent."""
     from agentbox.jsonutil import canonical
     from agentbox.rehearsal.traffic import Arrival, Header
     from agentbox.rules.records import Answered
 
-    traffic = Traffic(Header("alice", None, None, None, END, {}))
+    traffic = Recording(Header("alice", None, None, None, END, {}))
     for offset, what in DAY:
         if len(what) == 3:
             source, key, payload = what

@@ -11,18 +11,18 @@ from agentbox.cli.run_cmd import NO_HANDLER, HandlerArgv, HandlerOption
 
 if TYPE_CHECKING:
     from agentbox.cli.session import Session
-    from agentbox.rehearsal import Report, Traffic
+    from agentbox.rehearsal import Recording, Report
     from agentbox.rehearsal.report import Pair
 
 SinceFlag = Annotated[Optional[str], typer.Option(  # noqa: UP045 - Typer needs Optional
-    "--since", metavar="T", help="Traffic at or after T: a time (Unix seconds, ISO 8601) or "
+    "--since", metavar="T", help="Recording at or after T: a time (Unix seconds, ISO 8601) or "
     "a duration ago (7d).", show_default=False)]
 UntilFlag = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    "--until", metavar="T", help="Traffic before T.", show_default=False)]
+    "--until", metavar="T", help="Recording before T.", show_default=False)]
 PREVIEW = 70  # characters of a body the table shows; --json has it whole
 
 
-def _recorded(sess: "Session", since: str | None, until: str | None) -> "Traffic":
+def _recorded(sess: "Session", since: str | None, until: str | None) -> "Recording":
     """The live inbox's traffic in the window, read only."""
     from agentbox.cli.options import since_flag
     from agentbox.rehearsal.traffic import record
@@ -72,7 +72,7 @@ def export(
         raise AgentboxError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
-def _loaded(path: str) -> "Traffic":
+def _loaded(path: str) -> "Recording":
     from agentbox.errors import BadInput
     from agentbox.rehearsal.traffic import read
 
@@ -145,7 +145,7 @@ def rehearse(
     command: HandlerArgv = None,
     handler: HandlerOption = None,
     from_file: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--from", metavar="FILE", help="Traffic an `agentbox export` wrote.",
+        "--from", metavar="FILE", help="Recording an `agentbox export` wrote.",
         show_default=False)] = None,
     since: SinceFlag = None,
     until: UntilFlag = None,

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from agentbox.rehearsal.report import Report
-from agentbox.rehearsal.traffic import Traffic
+from agentbox.rehearsal.traffic import Recording
 from agentbox.rules.faults import FaultSpec
 from agentbox.rules.policy import Policy
 
 
-def rehearse(traffic: Traffic, policy: Policy, argv: Sequence[str], user: str,
+def rehearse(traffic: Recording, policy: Policy, argv: Sequence[str], user: str,
              faults: FaultSpec | None = None, seed: int = 0,
              env: Mapping[str, str] | None = None) -> Report:
     """Replay ``traffic`` against the handler ``argv`` on a temporary SQLite inbox,
@@ -35,4 +35,4 @@ def rehearse(traffic: Traffic, policy: Policy, argv: Sequence[str], user: str,
                              None if drawn is None else seed)
 
 
-__all__ = ["Report", "Traffic", "rehearse"]
+__all__ = ["Recording", "Report", "rehearse"]

@@ -31,7 +31,7 @@ from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.ledger.traffic import channel_of
 from agentbox.rehearsal.faults import Faults
-from agentbox.rehearsal.traffic import Arrival, Traffic
+from agentbox.rehearsal.traffic import Arrival, Recording
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Answered, SendOutcome
@@ -132,7 +132,7 @@ class RehearsedHandler:
 class Rehearsal:
     """One rehearsal: its scratch store, the traffic, the handler, the faults."""
 
-    def __init__(self, store: Store, policy: Policy, traffic: Traffic, argv: Sequence[str],
+    def __init__(self, store: Store, policy: Policy, traffic: Recording, argv: Sequence[str],
                  user: str, faults: Faults | None = None,
                  env: Mapping[str, str] | None = None) -> None:
         self.store = store

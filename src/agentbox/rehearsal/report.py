@@ -25,7 +25,7 @@ from typing import Any
 
 from agentbox.ledger.store import Store
 from agentbox.rehearsal.play import Played, Run, Send
-from agentbox.rehearsal.traffic import Traffic
+from agentbox.rehearsal.traffic import Recording
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Spoke
 
@@ -94,7 +94,7 @@ class Promise:
                 "broken": list(self.broken)}
 
 
-def _lost(traffic: Traffic, store: Store) -> tuple[str, ...]:
+def _lost(traffic: Recording, store: Store) -> tuple[str, ...]:
     stored = {(e.source, e.source_id) for e in store.arrivals()}
     return tuple(f"{a.source}/{a.key} (arrived {a.at}) is not in the inbox"
                  for a in traffic.arrivals if (a.source, a.key) not in stored)
@@ -124,7 +124,7 @@ def _sent_twice(played: Played, policy: Policy) -> tuple[str, ...]:
     return tuple(said)
 
 
-def promises(traffic: Traffic, played: Played, store: Store, policy: Policy) -> list[Promise]:
+def promises(traffic: Recording, played: Played, store: Store, policy: Policy) -> list[Promise]:
     """Every promise the report can check, each with what broke it.
 
     Each journaled step's ``done`` being run once joins them with journaled steps.
@@ -170,7 +170,7 @@ def repeats(played: Played, store: Store) -> list[Repeat]:
 
 @dataclass(frozen=True)
 class Report:
-    traffic: Traffic
+    traffic: Recording
     played: Played
     pairs: list[Pair]
     promises: list[Promise]
@@ -247,14 +247,14 @@ def totals(played: Played, store: Store) -> dict[str, Any]:
     }
 
 
-def settings_differ(traffic: Traffic, policy: Policy) -> list[tuple[str, Any, Any]]:
+def settings_differ(traffic: Recording, policy: Policy) -> list[tuple[str, Any, Any]]:
     """The settings the export was made under that differ from those in force."""
     exported = traffic.header.settings
     return [(k, exported[k], v) for k, v in policy._asdict().items()
             if k in exported and exported[k] != v]
 
 
-def report(traffic: Traffic, played: Played, store: Store, policy: Policy,
+def report(traffic: Recording, played: Played, store: Store, policy: Policy,
            faults: str | None = None, seed: int | None = None) -> Report:
     return Report(traffic, played, pair_sends(traffic.sends, played.sends),
                   promises(traffic, played, store, policy), repeats(played, store),

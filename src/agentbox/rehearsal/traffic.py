@@ -68,7 +68,7 @@ class Header:
 
 
 @dataclass(frozen=True)
-class Traffic:
+class Recording:
     header: Header
     arrivals: list[Arrival] = field(default_factory=list)
     answers: list[Answered] = field(default_factory=list)
@@ -86,15 +86,15 @@ def settings_of(policy: Policy) -> dict[str, Any]:
 
 
 def record(store: Store, user: str, timezone: str | None, policy: Policy, now: int,
-           since: int | None = None, until: int | None = None) -> Traffic:
+           since: int | None = None, until: int | None = None) -> Recording:
     """What the inbox holds of its traffic in the window, read through the store."""
     header = Header(user, timezone, since, until, now, settings_of(policy))
     arrivals = [Arrival(e.created_at, e.source, e.source_id, e.payload)
                 for e in store.arrivals(since, until)]
-    return Traffic(header, arrivals, store.answers(since, until), store.sends(since, until))
+    return Recording(header, arrivals, store.answers(since, until), store.sends(since, until))
 
 
-def lines(traffic: Traffic) -> Iterator[str]:
+def lines(traffic: Recording) -> Iterator[str]:
     """The JSON lines of an export, header first, then every record in time order."""
     yield json.dumps(traffic.header.document(), ensure_ascii=False)
     items: list[tuple[int, int, int, str]] = []
@@ -154,7 +154,7 @@ def _header(obj: dict[str, Any]) -> Header:
                   _time(obj, "since", True), _time(obj, "until", True), exported, settings)
 
 
-def _add(traffic: Traffic, obj: dict[str, Any]) -> None:
+def _add(traffic: Recording, obj: dict[str, Any]) -> None:
     kind = obj.get("type")
     at = _time(obj, "at")
     assert at is not None
@@ -175,9 +175,9 @@ def _add(traffic: Traffic, obj: dict[str, Any]) -> None:
         raise BadInput(f"unknown record type {kind!r} (one of {', '.join(RECORD_TYPES)})")
 
 
-def read(source: Iterable[bytes | str], origin: str) -> Traffic:
+def read(source: Iterable[bytes | str], origin: str) -> Recording:
     """An export read back; BadInput names ``origin`` and the line of any problem."""
-    traffic: Traffic | None = None
+    traffic: Recording | None = None
     n = 0
     for n, raw in enumerate(source, 1):
         text = raw.strip()
@@ -188,7 +188,7 @@ def read(source: Iterable[bytes | str], origin: str) -> Traffic:
             if not isinstance(obj, dict):
                 raise BadInput("a line is one JSON object")
             if traffic is None:
-                traffic = Traffic(_header(obj))
+                traffic = Recording(_header(obj))
             else:
                 _add(traffic, obj)
         except BadInput as exc:
