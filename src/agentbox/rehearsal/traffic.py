@@ -69,6 +69,8 @@ class Header:
 
 @dataclass(frozen=True)
 class Recording:
+    """An inbox's recorded traffic: the header, and each kind of record in time order."""
+
     header: Header
     arrivals: list[Arrival] = field(default_factory=list)
     answers: list[Answered] = field(default_factory=list)
