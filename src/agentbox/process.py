@@ -83,6 +83,7 @@ class ChildResult:
     timed_out: bool
     stopped: bool  # the heartbeat asked for it to stop
     timeout: float  # the limit it ran under, for "timed out after 10m"
+    killed: bool = False  # SIGKILLed at ``kill_after`` (see run_child), not by itself
 
     @property
     def ok(self) -> bool:
@@ -379,10 +380,14 @@ def _group_alive(group: int) -> bool:
 
 def run_child(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], timeout: float,
               heartbeat: Callable[[], bool] | None = None, heartbeat_every: float = 10.0,
-              max_stdout: int = MAX_STDOUT, label: str = "handler") -> ChildResult:
+              max_stdout: int = MAX_STDOUT, label: str = "handler",
+              kill_after: float | None = None) -> ChildResult:
     """Run ``argv`` to completion, its timeout, or until ``heartbeat`` returns False.
 
-    ``label`` names the command on each stderr line relayed to ours. Anything
+    ``label`` names the command on each stderr line relayed to ours.
+    ``kill_after`` (seconds) SIGKILLs the whole group then, with no warning, as
+    the kernel's OOM killer or a crash would: how a rehearsal injects a kill.
+    The leader is not reaped before the signal, so it reaches nothing else. Anything
     that escapes while the child runs (a signal the caller turned into an
     exception, Ctrl-C) stops its whole group first, so nothing the command
     started outlives the caller giving up on it.
@@ -397,7 +402,7 @@ def run_child(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], timeout
     leader = _Leader(proc)
     try:
         return _supervise(leader, stdin, timeout, heartbeat, heartbeat_every, max_stdout,
-                          label)
+                          label, kill_after)
     except BaseException:
         leader.stop(STOP_GRACE)
         raise
@@ -407,7 +412,7 @@ def run_child(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], timeout
 
 def _supervise(leader: _Leader, stdin: bytes, timeout: float,
                heartbeat: Callable[[], bool] | None, heartbeat_every: float,
-               max_stdout: int, label: str) -> ChildResult:
+               max_stdout: int, label: str, kill_after: float | None) -> ChildResult:
     proc = leader.proc
     assert proc.stdin and proc.stdout and proc.stderr
     out: list[bytes] = []
@@ -421,25 +426,35 @@ def _supervise(leader: _Leader, stdin: bytes, timeout: float,
     ]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + timeout
-    timed_out = stopped = False
+    started = time.monotonic()
+    deadline = started + timeout
+    kill_at = None if kill_after is None else started + kill_after
+    timed_out = stopped = killed = False
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        if leader.exited(min(remaining, heartbeat_every)):
+        wait = min(remaining, heartbeat_every)
+        if kill_at is not None:
+            wait = max(0.0, min(wait, kill_at - time.monotonic()))
+        if leader.exited(wait):
+            break
+        if kill_at is not None and time.monotonic() >= kill_at:
+            leader.signal_group(signal.SIGKILL)
+            leader.exited(None)
+            killed = True
             break
         if heartbeat is not None and not heartbeat():
             stopped = True
             break
     if timed_out or stopped:
         leader.stop(STOP_GRACE)
-    else:
+    elif not killed:
         # The leader exited; anything it left running in its group goes too.
         leader.signal_group(signal.SIGKILL)
     for thread in threads:
         thread.join(timeout=STOP_GRACE)
     returncode = leader.release()
     return ChildResult(None if (timed_out or stopped) else returncode, b"".join(out),
-                       out_cut[0], err.tail(), timed_out, stopped, timeout)
+                       out_cut[0], err.tail(), timed_out, stopped, timeout, killed)

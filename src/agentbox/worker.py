@@ -186,6 +186,7 @@ class Handled:
     answer: Answer | None = None
     error: str | None = None
     lost: bool = False
+    killed: bool = False  # the handler was SIGKILLed on purpose (a rehearsal's fault)
 
 
 class Handler(Protocol):
@@ -206,6 +207,7 @@ class CommandHandler:
     argv: Sequence[str]
     timeout: int
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    kill_after: float | None = None  # SIGKILL it then: a fault a rehearsal injects
 
     def check(self) -> None:
         check_command(self.argv, self.env)
@@ -213,13 +215,14 @@ class CommandHandler:
     def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Handled:
         try:
             result = run_child(self.argv, batch.document(), {**self.env, **batch.env()},
-                               self.timeout, heartbeat=heartbeat, heartbeat_every=every)
+                               self.timeout, heartbeat=heartbeat, heartbeat_every=every,
+                               kill_after=self.kill_after)
         except CommandNotStarted as exc:
             return Handled(error=str(exc))
         if result.stopped:  # only a failed heartbeat stops the child
             return Handled(lost=True)
         if not result.ok:
-            return Handled(error=f"handler {result.describe()}")
+            return Handled(error=f"handler {result.describe()}", killed=result.killed)
         tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:

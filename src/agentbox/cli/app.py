@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "doctor": "upkeep_cmds",
     "metrics": "upkeep_cmds",
     "scenarios": "scenarios_cmd",
+    "export": "rehearsal_cmds",
+    "rehearse": "rehearsal_cmds",
     "config": "config_cmd",
     "systemd": "systemd_cmd",
 }

@@ -64,7 +64,7 @@ class Approvals(Core):
             assert stored is not None  # stored now, or found under its key: in this transaction
             standing = rules.standing(str(stored[0]))
             history.record(tx, now, "approval", request_id, "answered",
-                           detail=f"{reply} -> {standing}")
+                           detail=rules.answered_detail(reply, standing))
             return standing
 
     def approvals(self, now: int) -> list[Approval]:

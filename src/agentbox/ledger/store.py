@@ -2,7 +2,7 @@
 
 Every command, the worker, the dispatcher, the pool, the scenario runner and
 the tests speak to :class:`Store`. Its operations come from the ledger's
-parts (inbox, lease, runs, timers, approvals, outbox, prune), each part one
+parts (inbox, lease, runs, timers, approvals, outbox, prune, traffic), each part one
 module, each operation one method there: the transaction it runs, the rules
 of :mod:`agentbox.rules` it applies, the history it records. The engine
 underneath (:mod:`agentbox.ledger.engine`) only stores, locks and queries,
@@ -27,6 +27,7 @@ from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
 from agentbox.ledger.status import Status, Vitals
 from agentbox.ledger.timers import Timers, next_due
+from agentbox.ledger.traffic import Traffic
 
 if TYPE_CHECKING:
     from agentbox.ledger.engine import Waiter
@@ -44,7 +45,7 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
-class Store(Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune):
+class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune):
     """One user's inbox: events, lease, runs, timers, approvals and outbox."""
 
     def __enter__(self) -> Store:

@@ -80,6 +80,20 @@ def outcome(reply: str, now: int, expires_at: int) -> str:
     return "expired" if expired(now, expires_at) else reply
 
 
+ANSWERED = " -> "  # an answer's history detail: "REPLY -> OUTCOME THAT STANDS"
+
+
+def answered_detail(reply: str, stands: str) -> str:
+    """What an answer's history line says: the reply given, and the outcome that stands."""
+    return f"{reply}{ANSWERED}{stands}"
+
+
+def answered_reply(detail: str | None) -> str | None:
+    """The reply an answer's history line records (see :func:`answered_detail`)."""
+    reply = (detail or "").partition(ANSWERED)[0]
+    return reply if reply in ANSWERS else None
+
+
 def standing(stored_payload: str) -> str:
     """The outcome an event under the approval's key carries; 'unknown' if it is no answer
     (an event ingested by hand under that key)."""

@@ -76,6 +76,7 @@ class Dispatch(NamedTuple):
 
 
 SEPARATOR = "\n\n"
+DEFAULT_CHANNEL = "default"  # the outbox's one channel: every message goes out on it
 CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
 # Dispatch states after which the channel may have heard from us: the gap counts from them.
 SPOKE_STATES = ("sending", "sent", "uncertain")

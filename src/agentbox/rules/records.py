@@ -63,3 +63,22 @@ class Entry(NamedTuple):
     action: str
     generation: int | None
     detail: str | None
+
+
+class Answered(NamedTuple):
+    """An approval answer as history recorded it: when, which request, which reply."""
+
+    at: int
+    approval: str
+    reply: str
+
+
+class Spoke(NamedTuple):
+    """A dispatch that went (or may have gone) out: when it was claimed, on which channel,
+    the merged body, its state (sending, sent or uncertain) and whether it was urgent."""
+
+    at: int
+    channel: str
+    body: str
+    state: str
+    urgent: bool
