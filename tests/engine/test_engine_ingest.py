@@ -93,3 +93,29 @@ def test_keys_that_could_not_be_looked_up_are_refused(
     with pytest.raises(BadInput):
         store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T0)
     assert every_row(store) == before
+
+
+@pytest.mark.sqlite_file
+def test_a_redelivery_is_answered_without_the_write_lock(store: Store, inbox_path) -> None:
+    """While another connection holds the file's write lock, a duplicate is still
+    answered (by a read); a conflict, which writes into the story, and a new key wait
+    for the lock, here past a short busy timeout."""
+    import sqlite3
+
+    from agentbox.errors import Busy
+
+    first = store.ingest("github", "d-1", '{"pr":12}', T0)
+    store.engine.conn.busy_timeout_s = 0.05  # type: ignore[attr-defined]
+    other = sqlite3.connect(inbox_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        again = store.ingest("github", "d-1", '{"pr": 12}', T0 + 5)
+        assert (again.outcome, again.id) == ("duplicate", first.id)
+        for key, payload in (("d-1", '{"pr":13}'), ("d-2", "{}")):
+            with pytest.raises(Busy):
+                store.ingest("github", key, payload, T0 + 5)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.ingest("github", "d-1", '{"pr":13}', T0 + 6).outcome == "conflict"
+    assert [e.action for e in store.story(first.id)] == ["stored", "conflict"]

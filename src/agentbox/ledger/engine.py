@@ -106,6 +106,10 @@ class Engine(Protocol):
     #: What the statement reading the inbox's row inside a write transaction ends
     #: with, to lock that row ("" where the transaction holds the lock already).
     lock_clause: str
+    #: Whether an ingest looks its key up before storing it: where a read costs no
+    #: round trip (SQLite), a redelivery is then answered without the write lock;
+    #: where it does (PostgreSQL), a new event would pay one more round trip for it.
+    reads_first: bool
 
     def inbox(self, create: bool) -> int | None:
         """The row id of the inbox in ``inboxes``; made now if ``create``, else None

@@ -73,16 +73,26 @@ def _remembered(reader: Reader, source: str, source_id: str, payload: str,
     return IngestResult(outcome, int(row[0]), source, source_id)
 
 
+def _standing_one(reader: Reader, source: str, source_id: str,
+                  payload: str) -> IngestResult | None:
+    """The key's stored event judged against ``payload`` (duplicate or conflict), or
+    None when no event stands under it."""
+    row = reader.one("""SELECT id, payload = :payload FROM events WHERE inbox_id = :box
+                        AND source = :source AND source_id = :source_id""",
+                     source=source, source_id=source_id, payload=payload)
+    if row is None:
+        return None
+    outcome: IngestOutcome = "duplicate" if row[1] else "conflict"
+    return IngestResult(outcome, int(row[0]), source, source_id)
+
+
 def _judged(reader: Reader, source: str, source_id: str,
             payload: str, now: int) -> tuple[IngestResult, bool] | None:
     """A key found taken: (duplicate or conflict, whether its event stands to note a
     conflict in), or None when it is neither stored nor remembered."""
-    row = reader.one("""SELECT id, payload = :payload FROM events WHERE inbox_id = :box
-                        AND source = :source AND source_id = :source_id""",
-                     source=source, source_id=source_id, payload=payload)
-    if row is not None:
-        outcome: IngestOutcome = "duplicate" if row[1] else "conflict"
-        return IngestResult(outcome, int(row[0]), source, source_id), True
+    standing = _standing_one(reader, source, source_id, payload)
+    if standing is not None:
+        return standing, True
     remembered = _remembered(reader, source, source_id, payload, now)
     return None if remembered is None else (remembered, False)
 
@@ -141,6 +151,12 @@ class Inbox(Core):
         check_delivery_key(source, source_id)
         text = payload_text(payload, max_payload)
         box = self._made()
+        if self.engine.reads_first:
+            # A redelivery of a stored event is answered by this read, without the
+            # write lock; a key not found takes the write path, which judges it again.
+            standing = _standing_one(self._read(), source, source_id, text)
+            if standing is not None:
+                return self._noted(standing, text, now)
         for _ in range(RACE_RETRIES):
             new = self.engine.store_event(None, box, source, source_id, text, now)
             if new is not None:
@@ -148,11 +164,15 @@ class Inbox(Core):
             judged = _judged(self._read(), source, source_id, text, now)
             if judged is not None:
                 result, stands = judged
-                if result.outcome == "conflict" and stands:
-                    with self._write() as tx:
-                        note_conflicts(tx, now, [(result.id, text)])
-                return result
+                return self._noted(result, text, now) if stands else result
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
+
+    def _noted(self, result: IngestResult, payload: str, now: int) -> IngestResult:
+        """A judged key whose event stands: a conflict goes into that event's story."""
+        if result.outcome == "conflict":
+            with self._write() as tx:
+                note_conflicts(tx, now, [(result.id, payload)])
+        return result
 
     def ingest_many(self, items: Iterable[tuple[str, str, Payload]], now: int, *,
                     max_payload: int = DEFAULT_MAX_PAYLOAD) -> list[IngestResult]:

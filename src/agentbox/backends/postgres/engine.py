@@ -186,6 +186,7 @@ class PostgresEngine:
     """The inbox of one user in the database (and schema) a URL names."""
 
     lock_clause = " FOR NO KEY UPDATE"
+    reads_first = False  # a read first would cost every new event a round trip
 
     def __init__(self, url: str, user: str, *, durable: bool = True,
                  lock_timeout: float | None = None, create: bool = True) -> None:

@@ -96,6 +96,7 @@ class SqliteEngine:
     """One inbox file, on one connection, shared by nothing else."""
 
     lock_clause = ""  # BEGIN IMMEDIATE holds the file's write lock already
+    reads_first = True  # a read is a call into the library, no write lock
 
     def __init__(self, path: str | os.PathLike[str], *, durable: bool = True,
                  make_folders: bool = True, create: bool = True,
