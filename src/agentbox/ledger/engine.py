@@ -75,6 +75,17 @@ class Tx(Reader, Protocol):
         """One write over many rows of parameters (``box`` filled in for each)."""
         ...
 
+    def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
+        """The rows of each of several statements, run in order and sent together where
+        the engine can (one round trip for all): each statement still sees what those
+        before it did, the locks they took included."""
+        ...
+
+    def last(self, sql: str, /, **params: Any) -> list[Row]:
+        """The rows of the transaction's last statement, sent with the COMMIT where the
+        engine can (a round trip saved); nothing may be run after it."""
+        ...
+
 
 class Waiter(Protocol):
     """How a watching worker sleeps: until another process changes its inbox.

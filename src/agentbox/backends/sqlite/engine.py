@@ -91,6 +91,12 @@ class _Tx(_Reader):
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
 
+    def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
+        return [self.rows(sql, **params) for sql, params in queries]
+
+    def last(self, sql: str, /, **params: Any) -> list[Row]:
+        return self.rows(sql, **params)
+
 
 class SqliteEngine:
     """One inbox file, on one connection, shared by nothing else."""
