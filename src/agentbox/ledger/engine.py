@@ -117,10 +117,6 @@ class Engine(Protocol):
     #: What the statement reading the inbox's row inside a write transaction ends
     #: with, to lock that row ("" where the transaction holds the lock already).
     lock_clause: str
-    #: Whether an ingest looks its key up before storing it: where a read costs no
-    #: round trip (SQLite), a redelivery is then answered without the write lock;
-    #: where it does (PostgreSQL), a new event would pay one more round trip for it.
-    reads_first: bool
 
     def inbox(self, create: bool) -> int | None:
         """The row id of the inbox in ``inboxes``; made now if ``create``, else None
@@ -129,6 +125,13 @@ class Engine(Protocol):
 
     def reader(self, box: int) -> Reader:
         """Reads outside any transaction, each statement on its own."""
+        ...
+
+    def glance(self, box: int) -> Reader | None:
+        """Reads for a look before a write, that never wait for a lock (one held
+        against them is :class:`~agentbox.errors.Busy`), or None where a read costs
+        a round trip. An ingest looks its key up through it first, so that a
+        redelivery is answered without the write lock."""
         ...
 
     def write(self, box: int, *, durable: bool = True) -> AbstractContextManager[Tx]:

@@ -151,10 +151,15 @@ class Inbox(Core):
         check_delivery_key(source, source_id)
         text = payload_text(payload, max_payload)
         box = self._made()
-        if self.engine.reads_first:
+        glance = self.engine.glance(box)
+        if glance is not None:
             # A redelivery of a stored event is answered by this read, without the
-            # write lock; a key not found takes the write path, which judges it again.
-            standing = _standing_one(self._read(), source, source_id, text)
+            # write lock; a key not found (or a read kept out) takes the write path,
+            # which judges it again.
+            try:
+                standing = _standing_one(glance, source, source_id, text)
+            except Busy:
+                standing = None
             if standing is not None:
                 return self._noted(standing, text, now)
         for _ in range(RACE_RETRIES):
