@@ -80,7 +80,8 @@ class _Reader:
         """The rows of a long read, ``size`` at a time."""
         params["box"] = self.box
         try:
-            db.waiting(self.conn)
+            if self.waits:
+                db.waiting(self.conn)
             cursor = self.conn.execute(sql, params)
             while chunk := cursor.fetchmany(size):
                 yield chunk
