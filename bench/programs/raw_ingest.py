@@ -7,7 +7,10 @@ whatever ``events`` table DB has: a plain keyed table for the baselines, or
 agentbox's own schema for the rows that show that schema's cost.
 
     raw_ingest.py DB SOURCE SOURCE_ID PAYLOAD   one event
-    raw_ingest.py DB --jsonl                    JSON lines on stdin, one transaction
+    raw_ingest.py DB --jsonl                    JSON lines on stdin, one transaction,
+                                                row by row (each row's id read back)
+    raw_ingest.py DB --jsonl-many               the same with one executemany: the
+                                                least a program can do for it
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ def store(conn: sqlite3.Connection, items: list[tuple[str, str, str]], now: int)
     return stored
 
 
+def store_many(conn: sqlite3.Connection, items: list[tuple[str, str, str]], now: int) -> int:
+    """Store events in one transaction with one executemany; how many were new."""
+    before = conn.total_changes
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(EVENT.removesuffix(" RETURNING id"),
+                     [(source, source_id, payload, now, now)
+                      for source, source_id, payload in items])
+    conn.execute("COMMIT")
+    return conn.total_changes - before
+
+
 def store_one(path: str, source: str, source_id: str, payload: str) -> None:
     conn = connect(path)
     stored = store(conn, [(source, source_id, canonical(payload))], int(time.time()))
@@ -51,7 +65,7 @@ def store_one(path: str, source: str, source_id: str, payload: str) -> None:
     print(f"{'stored' if stored else 'duplicate'} {source}/{source_id}")
 
 
-def store_lines(path: str) -> None:
+def store_lines(path: str, many: bool) -> None:
     items = []
     for raw in sys.stdin.buffer:
         doc = json.loads(raw)
@@ -59,13 +73,13 @@ def store_lines(path: str) -> None:
                       json.dumps(doc["payload"], sort_keys=True, separators=(",", ":"),
                                  ensure_ascii=False)))
     conn = connect(path)
-    stored = store(conn, items, int(time.time()))
+    stored = (store_many if many else store)(conn, items, int(time.time()))
     conn.close()
     print(f"{stored} stored")
 
 
 if __name__ == "__main__":
-    if sys.argv[2:] == ["--jsonl"]:
-        store_lines(sys.argv[1])
+    if sys.argv[2:] in (["--jsonl"], ["--jsonl-many"]):
+        store_lines(sys.argv[1], sys.argv[2] == "--jsonl-many")
     else:
         store_one(*sys.argv[1:5])

@@ -12,13 +12,21 @@ then SIGKILL once the grace period is over or the group is empty.
 
 No orphans, however agentbox ends. Each agentbox process starts one small
 watchdog (``python -S -I``, nothing imported beyond two built-in modules)
-that holds the read end of a pipe whose write end only agentbox holds. Every
-child writes its group id into that pipe before it execs, and agentbox
-crosses it off once the group is gone. When agentbox dies, by SIGKILL
-included, the watchdog reads end-of-file and SIGKILLs every group still on
-its list, so children, grandchildren and deeper are gone at once. A process
-that leaves the group on purpose (``setsid``, daemonizing) is out of reach;
-under systemd the unit's cgroup catches it when the service stops.
+that holds the read end of a pipe whose write end only agentbox holds.
+agentbox writes every child's group id into that pipe as soon as the child
+has started, and crosses it off once the group is gone. When agentbox dies,
+by SIGKILL included, the watchdog reads end-of-file and SIGKILLs every group
+still on its list, so children, grandchildren and deeper are gone at once. A
+process that leaves the group on purpose (``setsid``, daemonizing) is out of
+reach; under systemd the unit's cgroup catches it when the service stops.
+
+The child runs no Python between fork and exec (no ``preexec_fn``): so
+CPython starts it with ``vfork``, not ``fork``, which copies no page tables
+and starts a handler in a third of the time. The group is therefore noted by
+agentbox after the start, not by the child before its exec; for the moment
+in between, agentbox first notes the pipe the child's stdout will be (its
+inode), and a watchdog left with such a note finds the processes holding
+that pipe in ``/proc`` and kills their group.
 """
 
 from __future__ import annotations
@@ -45,20 +53,39 @@ STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
 CUT = "…"  # marks a kept stderr line whose start was dropped
 
 # The watchdog's whole program. Lines "+GROUP" and "-GROUP" add and remove a
-# process group; at end-of-file (agentbox is gone) every group left is killed.
+# process group; "?PIPE" and "!PIPE" note and cross off a child being started,
+# named by the inode of its stdout pipe. At end-of-file (agentbox is gone) every
+# group left is killed, and so is the group of any process holding a pipe left.
 # Terminal and stop signals are ignored: only agentbox's end ends it.
 _WATCHDOG = """\
 import posix, _signal
 for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
     _signal.signal(s, _signal.SIG_IGN)
-groups, rest = set(), b""
+groups, pipes, rest = set(), set(), b""
 while chunk := posix.read(0, 4096):
     *lines, rest = (rest + chunk).split(b"\\n")
     for line in lines:
-        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+        kind, what = line[:1], line[1:]
+        if kind == b"+" or kind == b"-":
+            (groups.add if kind == b"+" else groups.discard)(int(what))
+        elif kind == b"?" or kind == b"!":
+            (pipes.add if kind == b"?" else pipes.discard)(b"pipe:[" + what + b"]")
+if pipes:
+    for pid in posix.listdir(b"/proc"):
+        try:
+            if not pid.isdigit() or pipes.isdisjoint(
+                    posix.readlink(b"/proc/" + pid + b"/fd/" + fd)
+                    for fd in posix.listdir(b"/proc/" + pid + b"/fd")):
+                continue
+            stat = posix.open(b"/proc/" + pid + b"/stat", posix.O_RDONLY)
+            groups.add(int(posix.read(stat, 4096).rsplit(b")", 1)[1].split()[2]))
+            posix.close(stat)
+        except (OSError, ValueError, IndexError):
+            pass
 for group in groups:
     try:
-        posix.killpg(group, _signal.SIGKILL)
+        if group > 1:
+            posix.killpg(group, _signal.SIGKILL)
     except OSError:
         pass
 """
@@ -156,29 +183,17 @@ class _Watchdog:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=1)
 
+    def note(self, line: bytes) -> None:
+        """One line of the watchdog's list (one write: a pipe keeps it whole)."""
+        with self._lock, contextlib.suppress(OSError):
+            os.write(self._fd, line)
+
     def forget(self, group: int) -> None:
         """The group is gone: the watchdog must never signal that id again."""
-        with self._lock, contextlib.suppress(OSError):
-            os.write(self._fd, b"-%d\n" % group)
+        self.note(b"-%d\n" % group)
 
 
 WATCHDOG = _Watchdog()
-
-
-def _child_setup(watchdog_fd: int) -> Callable[[], None]:
-    """What the child does between fork and exec, already leader of its own group.
-
-    It registers its group with the watchdog itself, before exec: however
-    soon agentbox dies after the fork, the group is on the watchdog's list
-    (which covers the leader too, so no parent-death signal is needed). It
-    does nothing else there: code between fork and exec must not take locks.
-    """
-    line = b"+%d\n"
-
-    def setup() -> None:
-        os.write(watchdog_fd, line % os.getpid())
-
-    return setup
 
 
 # -- stderr, line by line -----------------------------------------------------------
@@ -392,13 +407,24 @@ def run_child(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], timeout
     exception, Ctrl-C) stops its whole group first, so nothing the command
     started outlives the caller giving up on it.
     """
-    setup = _child_setup(WATCHDOG.fd())
+    # The child's stdout is a pipe made here, so that the watchdog can be told which
+    # pipe the child holds before it exists (see the module's docstring).
+    out_read, out_write = os.pipe()
+    pipe = b"%d" % os.fstat(out_write).st_ino
+    WATCHDOG.fd()  # started (or restarted) before the child, never after it
+    WATCHDOG.note(b"?" + pipe + b"\n")
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=out_write,
                                 stderr=subprocess.PIPE, env=dict(env),
-                                start_new_session=True, preexec_fn=setup)
+                                start_new_session=True)
     except OSError as exc:
+        os.close(out_read)
+        WATCHDOG.note(b"!" + pipe + b"\n")
         raise CommandNotStarted(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(out_write)
+    WATCHDOG.note(b"+%d\n!%s\n" % (proc.pid, pipe))
+    proc.stdout = open(out_read, "rb")  # noqa: SIM115 - closed by _drain
     leader = _Leader(proc)
     try:
         return _supervise(leader, stdin, timeout, heartbeat, heartbeat_every, max_stdout,

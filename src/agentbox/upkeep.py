@@ -110,7 +110,7 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
 def auto_prune(store: Store, now: int, policy: Policy,
                sleep: Callable[[float], None] = time.sleep) -> PruneReport | None:
     """``run``'s prune: at most once a day, a bounded share each time (None: not due)."""
-    if not prune_due(store.vitals().last_prune, now, policy):
+    if not prune_due(store.last_prune(), now, policy):
         return None
     return prune(store, now, policy, max_steps=RUN_STEPS, sleep=sleep)
 

@@ -45,7 +45,12 @@ def test_done_events_past_keep_done_go_with_their_history(backend: Store) -> Non
     assert [backend.event(i) is not None for i in fresh] == [True, True]
     assert backend.status().events["done"] == 2
     assert backend.find("hook", "hook-0") is None
-    assert backend.vitals().last_prune == LATER
+    assert backend.vitals().last_prune == backend.last_prune() == LATER
+
+
+def test_an_inbox_never_pruned_has_no_last_prune(backend: Store) -> None:
+    backend.ingest("s", "1", "{}", T0)
+    assert backend.vitals().last_prune is backend.last_prune() is None
 
 
 def test_dead_pending_and_running_events_are_never_pruned_by_age(backend: Store) -> None:

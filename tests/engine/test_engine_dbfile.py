@@ -81,6 +81,27 @@ def test_wal_full_sync_and_busy_timeout_are_in_force(store: Store) -> None:
     assert store.engine.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.engine.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     conn = store.engine.conn
+    store.status()  # a read waits for a lock by SQLite's busy handler
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
+
+
+def test_a_write_turns_the_busy_handler_off_once_and_a_read_back_on(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers wait in their own short steps (take_write_lock): the handler is set off
+    at the first write and stays off for the next ones, not set twice per event."""
+    conn = store.engine.conn
+    store.ingest("s", "0", "{}", T0)
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    pragmas: list[str] = []
+    conn.set_trace_callback(lambda sql: pragmas.append(sql) if "PRAGMA" in sql else None)
+    try:
+        for n in range(1, 4):
+            assert store.ingest("s", str(n), "{}", T0).outcome == "stored"
+            assert store.ingest("s", str(n), "{}", T0).outcome == "duplicate"
+    finally:
+        conn.set_trace_callback(None)
+    assert pragmas == []
+    store.status()
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_S * 1000
 
 
@@ -227,7 +248,9 @@ def test_writers_queue_on_the_busy_timeout(store: Store, tmp_path: Path) -> None
         assert not finished.wait(0.3)  # blocked behind our write lock
     assert finished.wait(60)
     thread.join()
-    # The waiting was done in short steps; the connection's own timeout is back.
+    # The waiting was done in short steps; the connection's own timeout is back
+    # for the next read.
+    other.status()
     wait = other.engine.conn.execute("PRAGMA busy_timeout").fetchone()[0]
     assert wait == db.BUSY_TIMEOUT_S * 1000
     other.close()

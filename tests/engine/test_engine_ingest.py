@@ -93,3 +93,42 @@ def test_keys_that_could_not_be_looked_up_are_refused(
     with pytest.raises(BadInput):
         store.ingest_many([("ok", "1", "{}"), (source, source_id, "{}")], T0)
     assert every_row(store) == before
+
+
+@pytest.mark.sqlite_file
+def test_a_redelivery_is_answered_without_the_write_lock(store: Store, inbox_path) -> None:
+    """While another connection holds the file's write lock, a duplicate is still
+    answered (by a read); a conflict, which writes into the story, and a new key wait
+    for the lock, here past a short busy timeout."""
+    import sqlite3
+
+    from agentbox.errors import Busy
+
+    first = store.ingest("github", "d-1", '{"pr":12}', T0)
+    store.engine.conn.busy_timeout_s = 0.05  # type: ignore[attr-defined]
+    other = sqlite3.connect(inbox_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        for spelling in ('{"pr":12}', '{"pr": 12}'):  # the text stored, and another
+            again = store.ingest("github", "d-1", spelling, T0 + 5)
+            assert (again.outcome, again.id) == ("duplicate", first.id)
+        for key, payload in (("d-1", '{"pr":13}'), ("d-2", "{}")):
+            with pytest.raises(Busy):
+                store.ingest("github", key, payload, T0 + 5)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.ingest("github", "d-1", '{"pr":13}', T0 + 6).outcome == "conflict"
+    assert [e.action for e in store.story(first.id)] == ["stored", "conflict"]
+
+
+def test_a_redelivery_is_held_to_the_size_bound_in_force(store: Store) -> None:
+    """The very text stored is a duplicate without a parse, but not past a bound
+    lowered since it was stored: that is bad input, as for any other payload."""
+    body = '{"text":"' + "é" * 40 + '"}'
+    first = store.ingest("s", "big", body, T0)
+    assert store.ingest("s", "big", body, T0, max_payload=len(body.encode())).id == first.id
+    with pytest.raises(BadInput, match="over the"):
+        store.ingest("s", "big", body, T0, max_payload=len(body.encode()) - 1)
+    with pytest.raises(BadInput):
+        store.ingest("s", "big", '{"text":', T0)

@@ -103,19 +103,39 @@ def test_the_watchdog_leaves_with_a_run_that_ends_normally(cli, start_run, tmp_p
         kill_all(kids)
 
 
-def test_the_watchdog_kills_only_groups_still_registered(tmp_path):
-    """Unit level: a group crossed off is never signalled; one left on is killed."""
+def _pipe_of(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/fd/1").st_ino
+
+
+@pytest.mark.parametrize("by", ["group", "pipe"])
+def test_the_watchdog_kills_only_what_is_still_registered(by):
+    """Unit level: a group (or a child's pipe) crossed off is never signalled; one left
+    on is killed. By pipe: agentbox died between starting a child and noting its group,
+    and the watchdog finds the group by the child's stdout pipe."""
     import subprocess
 
     from agentbox.process import _Watchdog
 
+    def sleeper() -> subprocess.Popen[bytes]:
+        """A child holding the only end left of a pipe (no reader: this test must not
+        hold it, or the watchdog would kill the test's own group)."""
+        read, write = os.pipe()
+        try:
+            return subprocess.Popen(["sleep", "300"], stdout=write, start_new_session=True)
+        finally:
+            os.close(read)
+            os.close(write)
+
     watchdog = _Watchdog()
-    kept = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    dropped = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    kept, dropped = sleeper(), sleeper()
     try:
         fd = watchdog.fd()
-        os.write(fd, b"+%d\n+%d\n" % (kept.pid, dropped.pid))
-        watchdog.forget(dropped.pid)
+        if by == "group":
+            os.write(fd, b"+%d\n+%d\n" % (kept.pid, dropped.pid))
+            watchdog.forget(dropped.pid)
+        else:
+            os.write(fd, b"?%d\n?%d\n" % (_pipe_of(kept.pid), _pipe_of(dropped.pid)))
+            os.write(fd, b"!%d\n" % _pipe_of(dropped.pid))
         os.close(fd)  # as if agentbox had died: end-of-file for the watchdog
         watchdog._fd = -1
         assert kept.wait(timeout=10) == -signal.SIGKILL
@@ -126,3 +146,24 @@ def test_the_watchdog_kills_only_groups_still_registered(tmp_path):
             proc.kill()
             proc.wait()
         watchdog.close()
+
+
+def test_a_handler_leads_its_own_session_and_group_and_is_started_without_a_fork():
+    """The child runs no Python between fork and exec: CPython then starts it with vfork,
+    which runs no at-fork hook, where a fork (a preexec_fn) runs them all."""
+    from agentbox.process import run_child
+
+    forks: list[int] = []
+    watching = [True]
+    os.register_at_fork(before=lambda: forks.append(1) if watching[0] else None)
+    try:
+        result = run_child([sys.executable, "-c", "import os; print(os.getpid(), "
+                            "os.getpgid(0), os.getsid(0), os.getppid())"],
+                           b"", dict(os.environ), timeout=30)
+    finally:
+        watching[0] = False
+    assert result.ok, result.describe()
+    pid, group, session, parent = map(int, result.stdout.split())
+    assert group == session == pid  # its own session, leader of its own group
+    assert parent == os.getpid()
+    assert forks == []

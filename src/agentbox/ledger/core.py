@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agentbox.rules.records import Lease
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Engine, Reader, Tx
+    from agentbox.ledger.engine import Engine, Reader, Row, Tx
 
 LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
 NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
@@ -65,8 +65,19 @@ class Core:
     def _locked(self, durable: bool = True) -> Iterator[tuple[Tx, Lease | None]]:
         """A transaction holding the inbox's lock, and the lease as it stands under it."""
         with self._write(durable) as tx:
-            yield tx, lease_of(tx.one(
-                f"SELECT {LEASE_COLUMNS} FROM inboxes WHERE id = :box{self.engine.lock_clause}"))
+            yield tx, lease_of(tx.one(self._lock_read()))
+
+    @contextmanager
+    def _locked_reading(self, sql: str, /,
+                        **params: Any) -> Iterator[tuple[Tx, Lease | None, list[Row]]]:
+        """:meth:`_locked`, and the rows of a read made under the lock, sent with the
+        statement that takes it (one round trip for both where the engine can)."""
+        with self._write() as tx:
+            lease, rows = tx.reads((self._lock_read(), {}), (sql, params))
+            yield tx, lease_of(lease[0] if lease else None), rows
+
+    def _lock_read(self) -> str:
+        return f"SELECT {LEASE_COLUMNS} FROM inboxes WHERE id = :box{self.engine.lock_clause}"
 
     def instance_id(self) -> str:
         """A random id fixed when the inbox was made: it makes keys unique across inboxes."""

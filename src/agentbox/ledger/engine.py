@@ -75,6 +75,17 @@ class Tx(Reader, Protocol):
         """One write over many rows of parameters (``box`` filled in for each)."""
         ...
 
+    def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
+        """The rows of each of several statements, run in order and sent together where
+        the engine can (one round trip for all): each statement still sees what those
+        before it did, the locks they took included."""
+        ...
+
+    def last(self, sql: str, /, **params: Any) -> list[Row]:
+        """The rows of the transaction's last statement, sent with the COMMIT where the
+        engine can (a round trip saved); nothing may be run after it."""
+        ...
+
 
 class Waiter(Protocol):
     """How a watching worker sleeps: until another process changes its inbox.
@@ -114,6 +125,13 @@ class Engine(Protocol):
 
     def reader(self, box: int) -> Reader:
         """Reads outside any transaction, each statement on its own."""
+        ...
+
+    def glance(self, box: int) -> Reader | None:
+        """Reads for a look before a write, that never wait for a lock (one held
+        against them is :class:`~agentbox.errors.Busy`), or None where a read costs
+        a round trip. An ingest looks its key up through it first, so that a
+        redelivery is answered without the write lock."""
         ...
 
     def write(self, box: int, *, durable: bool = True) -> AbstractContextManager[Tx]:

@@ -158,6 +158,12 @@ class Prune(Core):
                 left -= done
         return PruneCounts(*counts)
 
+    def last_prune(self) -> int | None:
+        """When a prune last completed here (None: never): what a watcher asks on every
+        idle pass, so one read of the inbox's row, not the whole of ``vitals()``."""
+        row = self._read().one("SELECT last_prune FROM inboxes WHERE id = :box")
+        return None if row is None or row[0] is None else int(row[0])
+
     def record_prune(self, now: int) -> None:
         """Note that a prune completed at ``now`` (``vitals().last_prune``)."""
         with self._locked() as (tx, _):

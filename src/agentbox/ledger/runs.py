@@ -18,7 +18,7 @@ from agentbox.rules.lease import holds
 from agentbox.rules.records import Event, Lease
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Reader, Tx
+    from agentbox.ledger.engine import Reader, Row, Tx
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
 
@@ -45,9 +45,13 @@ _CANDIDATES = f"""SELECT 'abandoned', id, attempts, claim_gen, error FROM events
 
 def _candidates(tx: Tx, query: str, **params: Any) -> dict[str, list[Candidate]]:
     """Candidate rows by kind, oldest first."""
+    return _by_kind(tx.rows(query, **params))
+
+
+def _by_kind(rows: list[Row]) -> dict[str, list[Candidate]]:
     found: dict[str, list[Candidate]] = {"abandoned": [], "exhausted": [], "retry": [],
                                          "fresh": []}
-    for kind, event_id, attempts, claim_gen, error in tx.rows(query, **params):
+    for kind, event_id, attempts, claim_gen, error in rows:
         found[str(kind)].append((int(event_id), int(attempts),
                                  None if claim_gen is None else int(claim_gen), error))
     return found
@@ -148,11 +152,11 @@ class Runs(Core):
 
         params: dict[str, Any] = {"gen": generation, "now": now, "max": policy.max_attempts,
                                   "batch": policy.max_batch}
-        with self._locked() as (tx, lease):
+        with self._locked_reading(_CANDIDATES, **params) as (tx, lease, rows):
             if not holds(lease, holder, generation, now):
                 return None
             tx.run("UPDATE inboxes SET last_run = :now WHERE id = :box", now=now)
-            found = _candidates(tx, _CANDIDATES, **params)
+            found = _by_kind(rows)
             if found["abandoned"]:
                 _requeue(tx, found["abandoned"], now, policy)
                 found = _candidates(tx, f"{_EXHAUSTED} UNION ALL {_READY}", **params)
@@ -163,16 +167,18 @@ class Runs(Core):
             ids = rules.batch(retry, [i for i, *_ in found["fresh"]], policy)
             if not ids:
                 return []
+            # Each attempt is the one counted now, from the attempts read under the lock:
+            # its story is written first, so that the claim itself goes with the COMMIT.
+            attempts = {i: a for i, a, *_ in found["retry"] + found["fresh"]}
+            history.record_many(tx, now, "event", "claimed",
+                                ((i, generation, f"attempt {attempts[i] + 1}") for i in ids))
             chosen, marks = among("id", ids)
-            claimed = tx.rows(
+            claimed = tx.last(
                 f"""UPDATE events SET status = 'running', attempts = attempts + 1,
                         claim_gen = :gen, updated_at = :now
                     WHERE inbox_id = :box AND id IN {chosen} RETURNING {COLUMNS}""",
                 gen=generation, now=now, **marks)
-            events = sorted((event_of(row) for row in claimed), key=lambda e: e.id)
-            history.record_many(tx, now, "event", "claimed",
-                                ((e.id, generation, f"attempt {e.attempts}") for e in events))
-            return events
+            return sorted((event_of(row) for row in claimed), key=lambda e: e.id)
 
     def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
                answer: Answer | None = None) -> bool:

@@ -224,8 +224,10 @@ class Tx:
         self.id = box_id
         self._queued: list[str] = ["BEGIN"]
         self._bind = psycopg.ClientCursor(conn)
+        self._done = False  # committed by :meth:`last`
 
     def read(self, query: str, params: Params = ()) -> psycopg.Cursor[Any]:
+        assert not self._done, "a statement after the transaction's last"
         if not self._queued:
             return self.conn.execute(query, params)
         cursor = self.conn.execute(self._batch(self._bind.mogrify(query, params)))
@@ -233,8 +235,35 @@ class Tx:
             pass
         return cursor
 
+    def reads(self, queries: Sequence[tuple[str, Params]]) -> list[list[Any]]:
+        """The rows of each of ``queries``, sent in one message after the writes queued
+        before them (each statement, under READ COMMITTED, sees what those before it
+        did: a lock the first one took holds for the next)."""
+        skip = len(self._queued)
+        cursor = self.conn.execute(";\n".join(
+            [*self._queued, *(self._bind.mogrify(q, p) for q, p in queries)]))
+        self._queued.clear()
+        found = []
+        for n in range(skip + len(queries)):
+            if n:
+                cursor.nextset()
+            if n >= skip:
+                found.append(cursor.fetchall())
+        return found
+
+    def last(self, query: str, params: Params = ()) -> list[Any]:
+        """The rows of the transaction's last statement, sent with its COMMIT."""
+        self._queued.append(self._bind.mogrify(query, params))
+        skip = len(self._queued) - 1
+        cursor = self.conn.execute(self._batch("COMMIT"))
+        self._done = True
+        for _ in range(skip):
+            cursor.nextset()
+        return cursor.fetchall()
+
     def write(self, query: str, params: Params = ()) -> None:
         """Queue a statement whose answer nobody reads."""
+        assert not self._done, "a statement after the transaction's last"
         self._queued.append(self.bind(query, params))
 
     def bind(self, query: str, params: Params) -> str:
@@ -247,7 +276,8 @@ class Tx:
         return batch
 
     def commit(self) -> None:
-        self.conn.execute(self._batch("COMMIT"))
+        if not self._done:
+            self.conn.execute(self._batch("COMMIT"))
 
     def rollback(self) -> None:
         if self._queued[:1] == ["BEGIN"]:  # nothing was sent: nothing to undo

@@ -175,6 +175,20 @@ class _Tx(_Reader):
         for row in rows:
             self.tx.write(query, row)
 
+    def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
+        try:
+            return self.tx.reads([(dialect(sql), {**params, "box": self.box})
+                                  for sql, params in queries])
+        except psycopg.Error as exc:
+            raise db.translate(exc, self.location) from None
+
+    def last(self, sql: str, /, **params: Any) -> list[Row]:
+        params["box"] = self.box
+        try:
+            return self.tx.last(dialect(sql), params)
+        except psycopg.Error as exc:
+            raise db.translate(exc, self.location) from None
+
 
 def _own(tx: Tx) -> db.Tx:
     """The queueing transaction under one of this engine's ledger transactions."""
@@ -228,6 +242,10 @@ class PostgresEngine:
 
     def reader(self, box: int) -> _Reader:
         return _Reader(self.conn, box, self.location)
+
+    def glance(self, box: int) -> None:
+        """None: a read first would cost every new event a round trip."""
+        return None
 
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:

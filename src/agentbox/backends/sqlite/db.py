@@ -135,9 +135,19 @@ def _adopt_empty(path: Path, fd: int, info: os.stat_result) -> None:
 
 
 class InboxConnection(sqlite3.Connection):
-    """A connection to an inbox file, knowing how long its writes may wait for the lock."""
+    """A connection to an inbox file, knowing how long its writes may wait for the lock,
+    and whether SQLite's own busy handler is on (see :func:`take_write_lock`)."""
 
     busy_timeout_s = BUSY_TIMEOUT_S
+    waits = True  # the busy timeout is set: a statement waits for a lock by itself
+
+
+def waiting(conn: sqlite3.Connection) -> None:
+    """SQLite's busy handler on again, for statements that wait for a lock by themselves
+    (reads during another process's recovery of the log, checkpoints, upkeep)."""
+    if isinstance(conn, InboxConnection) and not conn.waits:
+        conn.execute(f"PRAGMA busy_timeout = {round(conn.busy_timeout_s * 1000)}")
+        conn.waits = True
 
 
 def connect(path: str | os.PathLike[str], *, durable: bool = True,
@@ -336,9 +346,17 @@ def take_write_lock(conn: sqlite3.Connection, statement: str,
     events per second as one). Here the lock is tried at once, then after pauses
     from 50 µs doubling to 2 ms, with jitter so that waiters spread out, for as
     long as the connection's busy timeout allows.
+
+    The busy handler is turned off for it and left off afterwards: a process that
+    ingests event after event sets it once, not twice per event. Whatever needs
+    it again turns it back on first (:func:`waiting`; the engine's reads do).
     """
-    budget = getattr(conn, "busy_timeout_s", BUSY_TIMEOUT_S)
-    conn.execute("PRAGMA busy_timeout = 0")
+    inbox = isinstance(conn, InboxConnection)  # else: as it was found, afterwards
+    budget = conn.busy_timeout_s if isinstance(conn, InboxConnection) else BUSY_TIMEOUT_S
+    if not isinstance(conn, InboxConnection) or conn.waits:
+        conn.execute("PRAGMA busy_timeout = 0")
+        if isinstance(conn, InboxConnection):
+            conn.waits = False
     try:
         try:
             return conn.execute(statement, params).fetchall()
@@ -358,4 +376,5 @@ def take_write_lock(conn: sqlite3.Connection, statement: str,
                     raise
             pause = min(pause * 2, _LONGEST_PAUSE_S)
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {round(budget * 1000)}")
+        if not inbox:
+            conn.execute(f"PRAGMA busy_timeout = {round(budget * 1000)}")

@@ -44,9 +44,15 @@ _INSERT_BATCH = """INSERT INTO events (inbox_id, source, source_id, payload, cre
 
 
 class _Reader:
-    """Statements on the file's one connection; errors leave as agentbox's own."""
+    """Statements on the file's one connection; errors leave as agentbox's own.
+
+    Each read turns SQLite's busy handler back on first, should a write have
+    turned it off (:func:`~agentbox.backends.sqlite.db.take_write_lock`): a read
+    waits, as it always did, while another process recovers the log.
+    """
 
     __slots__ = ("box", "conn", "location")
+    waits = True
 
     def __init__(self, conn: sqlite3.Connection, box: int, location: str) -> None:
         self.conn, self.box, self.location = conn, box, location
@@ -54,6 +60,8 @@ class _Reader:
     def rows(self, sql: str, /, **params: Any) -> list[Row]:
         params["box"] = self.box
         try:
+            if self.waits:
+                db.waiting(self.conn)
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
@@ -61,6 +69,8 @@ class _Reader:
     def one(self, sql: str, /, **params: Any) -> Row | None:
         params["box"] = self.box
         try:
+            if self.waits:
+                db.waiting(self.conn)
             row: Row | None = self.conn.execute(sql, params).fetchone()
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
@@ -70,6 +80,8 @@ class _Reader:
         """The rows of a long read, ``size`` at a time."""
         params["box"] = self.box
         try:
+            if self.waits:
+                db.waiting(self.conn)
             cursor = self.conn.execute(sql, params)
             while chunk := cursor.fetchmany(size):
                 yield chunk
@@ -77,10 +89,20 @@ class _Reader:
             raise db.translate(exc, self.location) from None
 
 
-class _Tx(_Reader):
-    """A ``BEGIN IMMEDIATE`` transaction: every statement runs at once, in order."""
+class _Glance(_Reader):
+    """A look before a write (see :meth:`SqliteEngine.glance`): it never waits for a
+    lock; should one be held against it, it is Busy and the write path decides."""
 
     __slots__ = ()
+    waits = False
+
+
+class _Tx(_Reader):
+    """A ``BEGIN IMMEDIATE`` transaction: every statement runs at once, in order (the
+    write lock is held: none waits)."""
+
+    __slots__ = ()
+    waits = False
 
     def run(self, sql: str, /, **params: Any) -> None:
         self.rows(sql, **params)
@@ -90,6 +112,12 @@ class _Tx(_Reader):
             self.conn.executemany(sql, [{**row, "box": self.box} for row in rows])
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
+
+    def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
+        return [self.rows(sql, **params) for sql, params in queries]
+
+    def last(self, sql: str, /, **params: Any) -> list[Row]:
+        return self.rows(sql, **params)
 
 
 class SqliteEngine:
@@ -121,6 +149,10 @@ class SqliteEngine:
     def reader(self, box: int) -> _Reader:
         return self._reader if box == BOX else _Reader(self.conn, box, self.location)
 
+    def glance(self, box: int) -> _Glance:
+        """A read costs no round trip here, and takes no lock in WAL mode."""
+        return _Glance(self.conn, box, self.location)
+
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
         with self._translated(), db.write(self.conn, durable):
@@ -130,6 +162,7 @@ class SqliteEngine:
     def snapshot(self, box: int) -> Iterator[_Reader]:
         """A read transaction: in WAL mode it sees one commit while writers go on."""
         with self._translated():
+            db.waiting(self.conn)
             self.conn.execute("BEGIN")
             try:
                 yield self.reader(box)
@@ -183,6 +216,7 @@ class SqliteEngine:
     def checks(self) -> list[Check]:
         from agentbox.backends.sqlite import upkeep
 
+        db.waiting(self.conn)
         return upkeep.checks(self.conn, self.location)
 
     def disk_bytes(self, reader: Reader) -> int:
@@ -195,12 +229,14 @@ class SqliteEngine:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
+            db.waiting(self.conn)
             return upkeep.reclaim(self.conn, budget)
 
     def copy_file(self, dest: Path) -> bool:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
+            db.waiting(self.conn)
             upkeep.vacuum_into(self.conn, dest)
         return True
 
