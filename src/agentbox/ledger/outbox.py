@@ -20,22 +20,22 @@ from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Tx
+    from agentbox.ledger.engine import Engine, Tx
     from agentbox.rules.answer import Message
     from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
 
 
-def queue_in(tx: Tx, now: int, generation: int | None,
+def queue_in(engine: Engine, tx: Tx, now: int, generation: int | None,
              messages: Sequence[Message]) -> list[int]:
     """Hold a run's messages, inside its finish transaction."""
     if not messages:
         return []
-    values = ", ".join(f"(:box, :body{n}, :urgent{n}, :generation, :now)"
-                       for n in range(len(messages)))
+    values = ", ".join(f"({engine.new_id('outbox', n + 1)}, :box, :body{n}, :urgent{n}, "
+                       ":generation, :now)" for n in range(len(messages)))
     params: dict[str, Any] = {f"body{n}": m.body for n, m in enumerate(messages)}
     params.update({f"urgent{n}": m.urgent for n, m in enumerate(messages)})
     ids = sorted(int(r[0]) for r in tx.rows(
-        f"""INSERT INTO outbox (inbox_id, body, urgent, generation, created_at)
+        f"""INSERT INTO outbox (id, inbox_id, body, urgent, generation, created_at)
             VALUES {values} RETURNING id""", generation=generation, now=now, **params))
     history.record_many(tx, now, "message", "queued", ((i, generation, None) for i in ids))
     return ids

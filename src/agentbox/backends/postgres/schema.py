@@ -238,5 +238,15 @@ CREATE TABLE state_counts (
     *_wake_triggers(),
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: key epochs (see the SQLite schema's version 9). Ids here come from
+# sequences, which never go back, so the floors a file keeps are only recorded.
+_V2: tuple[str, ...] = (
+    "ALTER TABLE inboxes ADD COLUMN event_floor bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE inboxes ADD COLUMN message_floor bigint NOT NULL DEFAULT 0",
+    # first_event: the lowest event id keyed in the epoch; started_at: its restore's time
+    """CREATE TABLE epochs (inbox_id integer NOT NULL, epoch integer NOT NULL,
+       first_event bigint NOT NULL, started_at bigint NOT NULL, PRIMARY KEY (inbox_id, epoch))""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)

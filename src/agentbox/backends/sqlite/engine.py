@@ -29,15 +29,33 @@ if TYPE_CHECKING:
 
 BOX = 1  # the one inbox of a file
 
-_INSERT = """INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
+# A new event is numbered above the highest id the inbox has handed out (its
+# ``event_floor``, raised by a prune or a restore), not only above the highest
+# row left: SQLite alone would number it after the highest row, and give out
+# again the ids of pruned newest rows. Both look-ups are one index step.
+_ABOVE = "max({floor}, ifnull((SELECT max(id) FROM {table}), 0))"
+_TOP = {"events": _ABOVE.format(floor="event_floor", table="events"),
+        "outbox": _ABOVE.format(floor="message_floor", table="outbox")}
+_INSERT = f"""INSERT INTO events (id, inbox_id, source, source_id, payload, created_at,
+                                  updated_at)
+             VALUES ((SELECT {_TOP["events"]} + 1 FROM inboxes WHERE id = ?1), ?1, ?2, ?3, ?4,
+                     ?5, ?5)
+             ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
 # A batch in one statement, sent as a JSON array. ``ORDER BY key`` keeps the
 # batch's order, so its events get ids in that order; the trigger that refuses
 # remembered keys and the conflict clause leave out the keys already taken.
-_INSERT_BATCH = """INSERT INTO events (inbox_id, source, source_id, payload, created_at,
+# While the floor is above every row (just after a prune or a restore) the batch
+# is numbered from it, by position (a key left out leaves its number unused);
+# otherwise SQLite numbers the rows stored one after another.
+_INSERT_BATCH = """INSERT INTO events (id, inbox_id, source, source_id, payload, created_at,
                                        updated_at)
-                   SELECT ?, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
-                          json_extract(value, '$[2]'), ?, ? FROM json_each(?)
+                   SELECT CASE WHEN f.floor > f.top THEN f.floor + key + 1 END, ?1,
+                          json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                          json_extract(value, '$[2]'), ?2, ?2
+                   FROM json_each(?3),
+                        (SELECT event_floor AS floor,
+                                ifnull((SELECT max(id) FROM events), 0) AS top
+                         FROM inboxes WHERE id = ?1) AS f
                    WHERE true ORDER BY key
                    ON CONFLICT (source, source_id) DO NOTHING
                    RETURNING id, source, source_id"""
@@ -145,7 +163,7 @@ class SqliteEngine:
 
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
                     payload: str, now: int) -> int | None:
-        params = (box, source, source_id, payload, now, now)
+        params = (box, source, source_id, payload, now)
         try:  # not _translated(): a generator's set-up costs every ingest
             # Outside a transaction the INSERT is one: it waits for the lock in short steps.
             rows = (db.take_write_lock(self.conn, _INSERT, params) if tx is None
@@ -157,9 +175,12 @@ class SqliteEngine:
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
                      now: int) -> dict[Key, int]:
         with self._translated():
-            rows = self.conn.execute(_INSERT_BATCH, (tx.box, now, now,
+            rows = self.conn.execute(_INSERT_BATCH, (tx.box, now,
                                                      json.dumps(list(items)))).fetchall()
         return {(str(s), str(i)): int(n) for n, s, i in rows}
+
+    def new_id(self, table: str, n: int) -> str:
+        return f"(SELECT {_TOP[table]} + {n} FROM inboxes WHERE id = :box)"
 
     def counts(self, reader: Reader) -> dict[str, dict[str, int]]:
         """The trigger-kept tallies, every state present."""
