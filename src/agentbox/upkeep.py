@@ -188,6 +188,7 @@ def survey(inboxes: Inboxes) -> list[Survey]:
 
 
 SIDE_FILES = ("-wal", "-shm")  # what SQLite keeps beside an inbox file
+LOCK_FILE = "-lock"  # what every open store holds (backends.sqlite.presence)
 
 
 def backup(store: Store, dest: str, replace: bool = False) -> int:
@@ -231,7 +232,7 @@ def backup(store: Store, dest: str, replace: bool = False) -> int:
         raise DatabaseError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
     finally:
         temp.unlink(missing_ok=True)
-        for side in SIDE_FILES:
+        for side in (*SIDE_FILES, LOCK_FILE):
             Path(f"{temp}{side}").unlink(missing_ok=True)
     return target.stat().st_size
 

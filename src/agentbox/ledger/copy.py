@@ -34,7 +34,7 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
                     "tries", "max_tries", "finished_at", "error"), "seq"),
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
-    "epochs": (("epoch", "first_event", "started_at"), "epoch"),
+    "epochs": (("epoch", "prefix", "first_event", "started_at"), "epoch"),
 }
 
 

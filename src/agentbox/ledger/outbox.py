@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
-from agentbox.ledger.core import Core
+from agentbox.ledger.core import KEY_PREFIX, Core
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
 
@@ -179,9 +179,10 @@ class Outbox(Core):
                 return Wait(len(held), rules.next_allowed(last, gap), *_in_flight(tx))
             urgent = any(flags)
             row = tx.one("""UPDATE inboxes SET dispatch_seq = dispatch_seq + 1
-                            WHERE id = :box RETURNING dispatch_seq, instance""")
-            assert row is not None
-            seq, key = int(row[0]), rules.dispatch_key(str(row[1]), int(row[0]))
+                            WHERE id = :box RETURNING dispatch_seq""")
+            prefix = tx.one(KEY_PREFIX)
+            assert row is not None and prefix is not None
+            seq, key = int(row[0]), rules.dispatch_key(str(prefix[0]), int(row[0]))
             body = rules.merged([str(b) for _, b, _ in held])
             deadline = rules.claim_deadline(now, timeout)
             tx.run("""INSERT INTO dispatches (inbox_id, seq, key, mode, body, urgent,

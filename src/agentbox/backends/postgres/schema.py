@@ -243,9 +243,11 @@ CREATE TABLE state_counts (
 _V2: tuple[str, ...] = (
     "ALTER TABLE inboxes ADD COLUMN event_floor bigint NOT NULL DEFAULT 0",
     "ALTER TABLE inboxes ADD COLUMN message_floor bigint NOT NULL DEFAULT 0",
-    # first_event: the lowest event id keyed in the epoch; started_at: its restore's time
+    # prefix: what its keys start with; first_event: the lowest event id keyed in it;
+    # started_at: when the restore that began it ran
     """CREATE TABLE epochs (inbox_id integer NOT NULL, epoch integer NOT NULL,
-       first_event bigint NOT NULL, started_at bigint NOT NULL, PRIMARY KEY (inbox_id, epoch))""",
+       prefix text NOT NULL, first_event bigint NOT NULL, started_at bigint NOT NULL,
+       PRIMARY KEY (inbox_id, epoch))""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)

@@ -61,6 +61,15 @@ _INSERT_BATCH = """INSERT INTO events (id, inbox_id, source, source_id, payload,
                    RETURNING id, source, source_id"""
 
 
+def _identity(location: str) -> tuple[int, int] | None:
+    """Which file is at ``location`` now (None: none)."""
+    try:
+        found = os.stat(location)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class _Reader:
     """Statements on the file's one connection; errors leave as agentbox's own."""
 
@@ -118,10 +127,20 @@ class SqliteEngine:
     def __init__(self, path: str | os.PathLike[str], *, durable: bool = True,
                  make_folders: bool = True, create: bool = True,
                  busy_timeout: float | None = None) -> None:
+        from agentbox.backends.sqlite import presence
+
         self.location = os.fspath(path)
+        self._options = (durable, busy_timeout)
         self.conn: sqlite3.Connection = db.connect(path, durable=durable,
                                                    make_folders=make_folders, create=create,
                                                    busy_timeout=busy_timeout)
+        try:
+            self._presence = presence.hold(
+                self.location, db.BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout)
+        except BaseException:
+            self.conn.close()
+            raise
+        self._file = _identity(self.location)
         self._reader = _Reader(self.conn, BOX, self.location)
 
     @classmethod
@@ -130,25 +149,45 @@ class SqliteEngine:
         engine = cls.__new__(cls)
         engine.location = location
         engine.conn = db.connect_empty()
+        engine._presence, engine._file = None, None
         engine._reader = _Reader(engine.conn, BOX, location)
         return engine
+
+    def current(self) -> sqlite3.Connection:
+        """The connection, opened again first when the file at the inbox's path is no
+        longer the one it was open on (a restore, or a file copied in by hand): a
+        long-running process then works on the inbox that is there now. One stat."""
+        if self._file is not None and _identity(self.location) not in (self._file, None):
+            self._reopen()
+        return self.conn
+
+    def _reopen(self) -> None:
+        durable, busy_timeout = self._options
+        conn = db.connect(self.location, durable=durable, make_folders=False, create=False,
+                          busy_timeout=busy_timeout)
+        self.conn.close()
+        self.conn, self._file = conn, _identity(self.location)
+        self._reader = _Reader(conn, BOX, self.location)
 
     def inbox(self, create: bool) -> int:
         return BOX
 
     def reader(self, box: int) -> _Reader:
-        return self._reader if box == BOX else _Reader(self.conn, box, self.location)
+        conn = self.current()
+        return self._reader if box == BOX else _Reader(conn, box, self.location)
 
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
-        with self._translated(), db.write(self.conn, durable):
-            yield _Tx(self.conn, box, self.location)
+        with self._translated():
+            conn = self.current()
+            with db.write(conn, durable):
+                yield _Tx(conn, box, self.location)
 
     @contextmanager
     def snapshot(self, box: int) -> Iterator[_Reader]:
         """A read transaction: in WAL mode it sees one commit while writers go on."""
         with self._translated():
-            self.conn.execute("BEGIN")
+            self.current().execute("BEGIN")
             try:
                 yield self.reader(box)
             finally:
@@ -166,7 +205,7 @@ class SqliteEngine:
         params = (box, source, source_id, payload, now)
         try:  # not _translated(): a generator's set-up costs every ingest
             # Outside a transaction the INSERT is one: it waits for the lock in short steps.
-            rows = (db.take_write_lock(self.conn, _INSERT, params) if tx is None
+            rows = (db.take_write_lock(self.current(), _INSERT, params) if tx is None
                     else self.conn.execute(_INSERT, params).fetchall())
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
@@ -199,12 +238,12 @@ class SqliteEngine:
     def waiter(self, box: Callable[[], int | None]) -> InboxWaiter:
         from agentbox.backends.sqlite.wake import InboxWaiter
 
-        return InboxWaiter(self.conn, self.location)
+        return InboxWaiter(self.current, self.location)
 
     def checks(self) -> list[Check]:
         from agentbox.backends.sqlite import upkeep
 
-        return upkeep.checks(self.conn, self.location)
+        return upkeep.checks(self.current(), self.location)
 
     def disk_bytes(self, reader: Reader) -> int:
         from agentbox.backends.sqlite import upkeep
@@ -216,14 +255,18 @@ class SqliteEngine:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
-            return upkeep.reclaim(self.conn, budget)
+            return upkeep.reclaim(self.current(), budget)
 
     def copy_file(self, dest: Path) -> bool:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
-            upkeep.vacuum_into(self.conn, dest)
+            upkeep.vacuum_into(self.current(), dest)
         return True
 
     def close(self) -> None:
+        from agentbox.backends.sqlite import presence
+
         self.conn.close()
+        presence.release(self._presence)
+        self._presence = None

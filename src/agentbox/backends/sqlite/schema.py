@@ -267,6 +267,7 @@ ALTER TABLE inboxes ADD COLUMN message_floor INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE epochs (
     inbox_id INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
+    prefix TEXT NOT NULL,           -- what its keys start with (Core.key_prefix)
     first_event INTEGER NOT NULL,   -- the lowest event id keyed in this epoch
     started_at INTEGER NOT NULL,    -- when the restore that began it ran
     PRIMARY KEY (inbox_id, epoch)
