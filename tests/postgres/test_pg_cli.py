@@ -216,3 +216,14 @@ def test_scenarios_replay_on_postgresql_and_leave_no_schema(cli: Any, pg_url: st
     assert scratch_schemas() == before
     refused = cli("scenarios", "--db", "inbox.sqlite3")
     assert refused.code == 2 and "takes a postgresql:// URL" in refused.err
+
+
+def test_restore_on_postgresql_is_refused_with_a_pointer_to_its_tools(
+        cli: Any, tmp_path: Path) -> None:
+    assert cli("ingest", "chat", "m1", now=T0).code == 0
+    backup = tmp_path / "b.sqlite3"
+    assert cli("backup", str(backup), now=T0).code == 0
+    result = cli("restore", str(backup), "--force", now=T0)
+    assert result.code == 2
+    assert "PostgreSQL's own tools" in result.err
+    assert doc(cli("status", "--json", now=T0))["events"]["pending"] == 1

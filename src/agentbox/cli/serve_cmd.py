@@ -71,7 +71,9 @@ def serve(
                                                                 else "empty"))
             secrets[name] = os.fsencode(secret)
     open_store = sess.store_factory(busy_timeout=wait)
-    open_store().close()  # the inbox opens (made, migrated) before anything is accepted
+    # The inbox opens (made, migrated) before anything is accepted, and stays open while
+    # the server runs: a restore sees the server at work on it, even while idle.
+    keeper = open_store()
     log_lock = threading.Lock()
 
     def log(message: str) -> None:
@@ -84,6 +86,7 @@ def serve(
         server = Server(address, web, max_body=max_payload, threads=threads,
                         request_timeout=deadline, log=log, access_log=log if access_log else None)
     except OSError as exc:
+        keeper.close()
         raise AgentboxError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
     def stop(signum: int, _frame: object) -> None:
@@ -101,4 +104,5 @@ def serve(
         server.serve()
     finally:
         web.close()
+        keeper.close()
     log("stopped")
