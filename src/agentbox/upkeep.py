@@ -89,6 +89,7 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
     before = store.vitals().bytes
     if dry_run:
         return PruneReport(True, store.prunable(cut), cut, True, before, before)
+    canonicalise(store, sleep, max_steps)
     total, steps, complete = PruneCounts(), 0, False
     while max_steps is None or steps < max_steps:
         started = time.monotonic()
@@ -106,6 +107,19 @@ def prune(store: Store, now: int, policy: Policy, *, dry_run: bool = False,
             _pause(time.monotonic() - started, sleep)
         store.record_prune(now)
     return PruneReport(False, total, cut, complete, before, store.vitals().bytes)
+
+
+def canonicalise(store: Store, sleep: Callable[[float], None] = time.sleep,
+                 max_steps: int | None = None) -> None:
+    """Rewrite payloads stored before JCS (:mod:`agentbox.ledger.canonical`), pausing
+    between steps as a prune does; at most ``max_steps`` steps (None: until done)."""
+    steps = 0
+    while max_steps is None or steps < max_steps:
+        started = time.monotonic()
+        if store.canonicalise_step() is None:
+            return
+        steps += 1
+        _pause(time.monotonic() - started, sleep)
 
 
 def auto_prune(store: Store, now: int, policy: Policy,

@@ -238,11 +238,12 @@ CREATE TABLE state_counts (
     *_wake_triggers(),
 )
 
-# Version 2: key epochs (see the SQLite schema's version 9). Ids here come from
+# Version 2: key epochs and JCS payloads (see the SQLite schema's version 9). Ids here come from
 # sequences, which never go back, so the floors a file keeps are only recorded.
 _V2: tuple[str, ...] = (
     "ALTER TABLE inboxes ADD COLUMN event_floor bigint NOT NULL DEFAULT 0",
     "ALTER TABLE inboxes ADD COLUMN message_floor bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE inboxes ADD COLUMN canonical_from bigint DEFAULT 0",  # NULL: all JCS
     # prefix: what its keys start with; first_event: the lowest event id keyed in it;
     # started_at: when the restore that began it ran
     """CREATE TABLE epochs (inbox_id integer NOT NULL, epoch integer NOT NULL,

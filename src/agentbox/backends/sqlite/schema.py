@@ -261,9 +261,12 @@ ALTER TABLE pruned_keys ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
 # An epoch starts with each restore: events from ``first_event`` on, and every
 # dispatch claimed since, take keys of that epoch (see Core.key_prefix); epoch 0,
 # never written, is the inbox's own instance id, so no key given before changes.
+# Payloads stored before are rewritten in their JCS spelling (RFC 8785) a bounded
+# step at a time, from the event id ``canonical_from`` on (ledger.canonical).
 _V9 = """
 ALTER TABLE inboxes ADD COLUMN event_floor INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE inboxes ADD COLUMN message_floor INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inboxes ADD COLUMN canonical_from INTEGER DEFAULT 0;  -- NULL: payloads all JCS
 CREATE TABLE epochs (
     inbox_id INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
