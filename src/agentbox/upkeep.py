@@ -203,7 +203,6 @@ def survey(inboxes: Inboxes) -> list[Survey]:
 
 
 SIDE_FILES = ("-wal", "-shm")  # what SQLite keeps beside an inbox file
-LOCK_FILE = "-lock"  # what every open store holds (backends.sqlite.presence)
 
 
 def backup(store: Store, dest: str, replace: bool = False) -> int:
@@ -246,10 +245,17 @@ def backup(store: Store, dest: str, replace: bool = False) -> int:
     except OSError as exc:
         raise DatabaseError(f"{dest}: cannot write the backup: {exc.strerror or exc}") from None
     finally:
-        temp.unlink(missing_ok=True)
-        for side in (*SIDE_FILES, LOCK_FILE):
-            Path(f"{temp}{side}").unlink(missing_ok=True)
+        _remove_with_sides(temp)
     return target.stat().st_size
+
+
+def _remove_with_sides(temp: Path) -> None:
+    """A temporary inbox file gone, with its log and the lock its store held."""
+    from agentbox.backends.sqlite.presence import lock_path
+
+    for path in (temp, *(Path(f"{temp}{side}") for side in SIDE_FILES),
+                 Path(lock_path(str(temp)))):
+        path.unlink(missing_ok=True)
 
 
 def _fill(store: Store, temp: Path) -> None:
@@ -324,8 +330,7 @@ def restore(location: str, backup_file: str, now: int, *, force: bool = False) -
         finally:
             presence.release(alone)
     finally:
-        for leftover in ("", *SIDE_FILES, LOCK_FILE):
-            Path(f"{temp}{leftover}").unlink(missing_ok=True)
+        _remove_with_sides(temp)
 
 
 def _restorable_copy(source: Path, temp: Path) -> None:

@@ -1,15 +1,17 @@
 """Who has an inbox file open: a lock file beside it that every open store holds.
 
 Each :class:`~agentbox.backends.sqlite.engine.SqliteEngine` holds a shared
-``flock`` on ``INBOX-lock`` for as long as it is open, so ``restore`` (which
-needs the exclusive lock) can tell whether any agentbox process works on the
-inbox: a ``serve``, a watcher or a pool holds it for its whole life and is
-refused with :class:`~agentbox.errors.Busy`; a one-shot command holds it for a
-moment, and one that starts while a restore swaps the file waits for the swap
-and then opens the new file. The kernel drops a lock with its process, SIGKILL
+``flock`` on ``.INBOX.lock`` (as ``config.toml`` has ``.config.toml.lock``)
+for as long as it is open, so ``restore`` (which needs the exclusive lock) can
+tell whether any agentbox process works on the inbox: a ``serve``, a watcher or
+a pool holds it for its whole life and is refused with
+:class:`~agentbox.errors.Busy`; a one-shot command holds it for a moment, and
+one that starts while a restore swaps the file waits for the swap and then
+opens the new file. The kernel drops a lock with its process, SIGKILL
 included, so a crash never leaves the inbox looking busy. The lock file is
 separate from the inbox so that it survives the swap: a process that reopens
-the restored file keeps holding it.
+the restored file keeps holding it. It is never removed: a lock file unlinked
+while held would let the next opener lock a new one that a restore does not see.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ import time
 
 from agentbox.errors import Busy
 
-SUFFIX = "-lock"
 PAUSE = 0.01  # seconds between tries while a restore holds the inbox
 
 
+def lock_path(location: str) -> str:
+    """The lock file of the inbox file ``location``: hidden, beside it."""
+    folder, name = os.path.split(location)
+    return os.path.join(folder, f".{name}.lock")
+
+
 def _open(location: str) -> int:
-    return os.open(location + SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.open(lock_path(location), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
 def hold(location: str, wait: float) -> int | None:
