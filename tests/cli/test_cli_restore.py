@@ -226,3 +226,25 @@ def test_a_watcher_follows_an_inbox_replaced_under_it(
     assert cli("ingest", "chat", "new", now=T0_2023).code == 0
     wait_for(lambda: "\"new\"" in record.read_text(), "the watcher to see the new event")
     watcher.stop()
+
+
+def test_a_backup_from_an_older_agentbox_is_upgraded_and_its_payloads_still_dedupe(
+        cli: Cli, inbox_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.backends.sqlite import db
+
+    old = tmp_path / "v8.sqlite3"
+    with monkeypatch.context() as v8:
+        v8.setattr(db, "SCHEMA_VERSION", 8)
+        db.connect(old).close()
+    with sqlite3.connect(old) as conn:  # as 0.2 stored a float: Python's spelling
+        conn.execute("""INSERT INTO events (source, source_id, payload, created_at, updated_at)
+                        VALUES ('hook', 'k', '{"n":1.0}', ?, ?)""", (T0, T0))
+    conn.close()
+    assert cli("ingest", "chat", "a", now=T0).code == 0
+    assert cli("restore", str(old), "--force", now=T0 + 1).code == 0
+    assert sqlite3.connect(inbox_path).execute("PRAGMA user_version").fetchone()[0] > 8
+    again = cli("ingest", "hook", "k", "--payload", '{"n": 1.0}', "--json", now=T0 + 2)
+    assert json.loads(again.out)["outcome"] == "duplicate"
+    assert cli("prune", now=T0 + 3).code == 0  # rewrites the old spelling
+    same = cli("ingest", "hook", "k", "--payload", '{"n": 1}', "--json", now=T0 + 4)
+    assert json.loads(same.out)["outcome"] == "duplicate"
