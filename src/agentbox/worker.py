@@ -150,11 +150,6 @@ def check_command(argv: Sequence[str], env: Mapping[str, str]) -> None:
         raise CommandNotStarted(f"handler {program!r} not found on PATH")
 
 
-def idempotency_key(instance: str, event_id: int) -> str:
-    """Stable for an event across retries and replays, unique across inboxes."""
-    return f"{instance}-event-{event_id}"
-
-
 @dataclass(frozen=True)
 class Batch:
     """One run's claim, as its handler is given it."""
@@ -162,7 +157,7 @@ class Batch:
     user: str
     db: str
     generation: int
-    instance: str
+    keys: Mapping[int, str]  # each event's idempotency key, by id (Core.event_keys)
     events: tuple[Event, ...]
 
     def document(self) -> bytes:
@@ -170,7 +165,7 @@ class Batch:
         doc = {"user": self.user, "generation": self.generation, "events": [
             {"id": e.id, "source": e.source, "source_id": e.source_id,
              "payload": stored_value(e.payload), "attempt": e.attempts,
-             "idempotency_key": idempotency_key(self.instance, e.id)} for e in self.events]}
+             "idempotency_key": self.keys[e.id]} for e in self.events]}
         return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 
     def env(self) -> dict[str, str]:
@@ -307,7 +302,8 @@ class Worker:
 
     def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
         ids = [e.id for e in events]
-        batch = Batch(self.user, self.db, generation, self.store.instance_id(), tuple(events))
+        batch = Batch(self.user, self.db, generation,
+                      self.store.event_keys([e.id for e in events]), tuple(events))
         try:
             with self.stop.interruptible():
                 outcome = self.handler.handle(batch, lambda: self._renew(generation),

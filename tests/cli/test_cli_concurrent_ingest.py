@@ -116,4 +116,6 @@ def test_eight_processes_create_the_same_new_inbox(tmp_path: Path, query: Any,
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
-    assert sorted(p.name for p in db.parent.iterdir()) == ["alice.sqlite3"]
+    # the lock every open store holds stays: removing it would let a restore miss a holder
+    assert sorted(p.name for p in db.parent.iterdir()) == [".alice.sqlite3.lock", "alice.sqlite3"]
+    assert stat.S_IMODE((db.parent / ".alice.sqlite3.lock").stat().st_mode) == 0o600

@@ -191,7 +191,7 @@ def test_wal_and_shm_files_are_0600_while_open(home: Path, inbox_path: Path,
     finally:
         os.umask(old)
     assert modes == {"alice.sqlite3": 0o600, "alice.sqlite3-wal": 0o600,
-                     "alice.sqlite3-shm": 0o600}
+                     "alice.sqlite3-shm": 0o600, ".alice.sqlite3.lock": 0o600}
 
 
 def test_db_flag_names_the_file(cli: Cli, tmp_path: Path, home: Path, query: Any) -> None:

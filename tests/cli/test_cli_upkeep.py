@@ -50,14 +50,14 @@ def test_the_dedupe_window_and_keep_settings_come_from_config(cli: Cli) -> None:
     assert json.loads(cli("prune", "--json", now=LATER).out)["events"] == 0
     assert cli("config", "set", "keep_done", "7d").code == 0
     assert cli("config", "set", "dedupe_window", "0").code == 0
-    assert json.loads(cli("prune", "--json", now=LATER).out)["events"] == 1
+    assert json.loads(cli("prune", "--json", now=LATER).out)["events"] == 2  # the newest too
     assert cli("ingest", "hook", "a", "--json", now=LATER).code == 0  # forgotten at once
 
 
 def test_run_prunes_at_most_once_a_day(cli: Cli) -> None:
     ingest_and_finish(cli, ["a", "b"])
     first = json.loads(cli("run", "--json", *HANDLER, now=LATER).out)
-    assert first["prune"]["events"] == 1 and first["prune"]["complete"]
+    assert first["prune"]["events"] == 2 and first["prune"]["complete"]
     assert cli("ingest", "hook", "c", now=LATER).code == 0
     ingest_and_finish(cli, [], now=LATER + 1)
     assert json.loads(cli("run", "--json", *HANDLER, now=LATER + DAY - 1).out)["prune"] is None
@@ -75,7 +75,7 @@ def test_run_says_what_it_pruned(cli: Cli) -> None:
     result = cli("run", *HANDLER, now=LATER)
     ran, pruned = result.out.splitlines()
     assert ran == "generation 3: nothing to do"
-    assert pruned.startswith("pruned 1 done event(s), 0 sent message(s)")
+    assert pruned.startswith("pruned 2 done event(s), 0 sent message(s)")
 
 
 @pytest.mark.sqlite_file  # files, a corrupt one among them, and their sizes

@@ -76,7 +76,6 @@ def ids_of(events: list | None) -> list[int]:
 
 def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: Store) -> None:
     [first, _] = done_events(backend, 2)
-    backend.ingest("hook", "newest", "{}", T0)  # the newest event stays whatever its age
     prune(backend, LATER)
     assert backend.event(first) is None
     before = store_snapshot(backend)
@@ -102,24 +101,48 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
 def test_a_window_of_zero_forgets_a_key_when_its_event_goes(backend: Store) -> None:
     done_events(backend, 2)
     counts = prune(backend, LATER, POLICY._replace(dedupe_window=0))
-    assert counts.events == 1  # the newest stays
+    assert counts.events == 2  # the newest too
     assert backend.ingest("hook", "hook-0", "{}", LATER).outcome == "stored"
 
 
-def test_ids_are_never_given_out_twice(backend: Store) -> None:
+def test_a_prune_past_keep_done_leaves_no_done_event(backend: Store) -> None:
     done_events(backend, 3)
+    assert prune(backend, LATER).events == 3
+    assert backend.events() == [] and backend.status().events["done"] == 0
+
+
+def test_ids_are_never_given_out_twice_even_after_every_row_went(backend: Store) -> None:
+    done_events(backend, 3)
+    say(backend, T0, "one", "two")
+    send(backend, T0)
     highest = max(e.id for e in backend.events())
+    top_message = max(m.id for m in backend.outbox(OUTBOX_STATES))
     counts = prune(backend, LATER)
-    assert counts.events == 2 and [e.id for e in backend.events()] == [highest]
-    say(backend, T0, "one")
-    assert backend.ingest("hook", "brand-new", "{}", LATER).id > highest
+    assert (counts.events, counts.messages) == (3, 2)
+    assert backend.events() == [] and backend.outbox(OUTBOX_STATES) == []
+    assert backend.ingest("hook", "brand-new", "{}", LATER).id == highest + 1
+    batch = backend.ingest_many([("hook", "b1", "{}"), ("hook", "b1", "{}"),
+                                 ("hook", "b2", "{}")], LATER)
+    assert batch[0].id > highest + 1 and batch[2].id > batch[0].id
+    say(backend, LATER, "three")
+    [message] = backend.outbox(OUTBOX_STATES)
+    assert message.id > top_message
+
+
+def test_a_batch_after_a_prune_of_the_newest_is_numbered_above_them(backend: Store) -> None:
+    done_events(backend, 2)
+    highest = max(e.id for e in backend.events())
+    prune(backend, LATER)
+    batch = backend.ingest_many([("hook", "b1", "{}"), ("hook", "b2", "{}")], LATER)
+    assert [r.outcome for r in batch] == ["stored", "stored"]
+    assert min(r.id for r in batch) > highest
 
 
 def test_keys_past_the_window_are_forgotten_by_the_next_prune(backend: Store) -> None:
     done_events(backend, 3)
-    assert prune(backend, LATER).events == 2
+    assert prune(backend, LATER).events == 3
     counts = prune(backend, T0 + WINDOW)
-    assert counts.keys_forgotten == 2 and counts.events == 0
+    assert counts.keys_forgotten == 3 and counts.events == 0
     assert prune(backend, T0 + WINDOW + 1) == PruneCounts()
 
 
@@ -189,7 +212,6 @@ def test_a_dry_run_counts_what_a_prune_removes_and_changes_nothing(backend: Stor
 
 def test_each_step_removes_at_most_its_limit(backend: Store) -> None:
     done_events(backend, 8)
-    backend.ingest("hook", "newest", "{}", T0)
     cut = cutoffs(LATER, POLICY)
     steps = []
     while (done := backend.prune_step(cut, 3)).total:

@@ -16,7 +16,7 @@ import pytest
 from agentbox.ledger.store import Store
 from agentbox.location import is_url
 from agentbox.process import MAX_STDOUT
-from agentbox.worker import idempotency_key
+from agentbox.rules.keys import idempotency_key
 from support.clock import T0
 from support.fixtures import Cli
 from support.handler import records, started_pids

@@ -37,8 +37,8 @@ def done(home: Path, user: str) -> int:
 def test_a_watcher_prunes_when_it_idles(home, start_watcher, handler) -> None:
     finished_long_ago(home, "alice", 4)
     watcher = start_watcher("run", "--watch", "--", *handler)
-    watcher.wait_said("pruned 3 done event(s)")  # the newest stays
-    assert done(home, "alice") == 1
+    watcher.wait_said("pruned 4 done event(s)")  # the newest too
+    assert done(home, "alice") == 0
     assert watcher.stop(signal.SIGTERM) == 0
     assert watcher.said().count("pruned") == 1  # at most once a day
 
@@ -47,7 +47,7 @@ def test_the_pool_prunes_every_quiet_inbox(home, start_watcher, handler) -> None
     for user in ("alice", "bob"):
         finished_long_ago(home, user, 3)
     pool = start_watcher("run", "--watch", "--all-users", "--", *handler)
-    pool.wait_said("alice: pruned 2 done event(s)")
-    pool.wait_said("bob: pruned 2 done event(s)")
-    assert (done(home, "alice"), done(home, "bob")) == (1, 1)
+    pool.wait_said("alice: pruned 3 done event(s)")
+    pool.wait_said("bob: pruned 3 done event(s)")
+    assert (done(home, "alice"), done(home, "bob")) == (0, 0)
     assert pool.stop(signal.SIGTERM) == 0

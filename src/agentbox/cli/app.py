@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "inboxes": "upkeep_cmds",
     "prune": "upkeep_cmds",
     "backup": "upkeep_cmds",
+    "restore": "upkeep_cmds",
     "doctor": "upkeep_cmds",
     "metrics": "upkeep_cmds",
     "scenarios": "scenarios_cmd",

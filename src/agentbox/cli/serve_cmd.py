@@ -72,14 +72,19 @@ def serve(
                                                                 else "empty"))
             secrets[name] = os.fsencode(secret)
     open_store = sess.store_factory(busy_timeout=wait)
-    open_store().close()  # the inbox opens (made, migrated) before anything is accepted
+    # The inbox opens (made, migrated) before anything is accepted, and stays open while
+    # the server runs: a restore sees the server at work on it, even while idle.
+    keeper = open_store()
     log = logger()
     web = WebhookApp(open_store, configured, secrets, max_payload, sess.now,
                      busy_timeout=wait, log=log, user=sess.user_or_none() or "",
                      zone=sess.zone())
     who = sess.user_or_none() or sess.db_target
-    listen_on(address, listen, web, web.close, log,
-              lambda url: f"serving {who} on {url} "
-              "(POST /hooks/SOURCE, GET /healthz, approval links /a/TOKEN)",
-              max_body=max_payload, threads=threads, request_timeout=deadline,
-              access_log=log if access_log else None)
+    try:
+        listen_on(address, listen, web, web.close, log,
+                  lambda url: f"serving {who} on {url} "
+                  "(POST /hooks/SOURCE, GET /healthz, approval links /a/TOKEN)",
+                  max_body=max_payload, threads=threads, request_timeout=deadline,
+                  access_log=log if access_log else None)
+    finally:
+        keeper.close()

@@ -1,4 +1,4 @@
-"""inboxes, prune, backup, doctor and metrics: looking after inboxes for months."""
+"""inboxes, prune, backup, restore, doctor and metrics: looking after inboxes for months."""
 
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -114,6 +114,41 @@ def backup(
         render.document({"db": store.location, "backup": target, "bytes": size})
     else:
         render.line(f"backed up {store.location} to {target} ({render.size(size)})")
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    backup_file: Annotated[str, typer.Argument(metavar="BACKUP",
+                                               help="A file `agentbox backup` wrote.")],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Restore even though the inbox holds events the backup lacks.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replace the inbox with BACKUP; the replaced file is kept beside it.
+
+    Refused (exit 75) while any agentbox process works on the inbox, and (exit 2)
+    when the inbox holds events the backup lacks, unless --force. The restored
+    inbox has no lease; new ids continue above both files' and new keys start a
+    new epoch.
+    """
+    from agentbox import render, upkeep
+    from agentbox.errors import UsageError
+    from agentbox.location import is_url
+
+    sess = session(ctx)
+    store = sess.store()
+    location = store.location
+    store.close()  # restore must hold the inbox alone, this command included
+    if is_url(location):
+        raise UsageError("restore replaces an SQLite inbox file; a PostgreSQL database is "
+                         "restored with PostgreSQL's own tools (see docs/postgres.md)")
+    report = upkeep.restore(location, backup_file, sess.now(), force=force)
+    if as_json:
+        render.document(report.document())
+    else:
+        render.line(report.describe())
 
 
 @app.command()

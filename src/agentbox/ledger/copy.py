@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 CHUNK = 1000  # rows read and written at a time: a big inbox streams
 INBOX_COLUMNS = ("instance", "created_at", "lease_holder", "lease_generation", "lease_until",
-                 "lease_released", "dispatch_seq", "last_run", "last_prune", "link_secret")
+                 "lease_released", "dispatch_seq", "last_run", "last_prune", "link_secret",
+                 "event_floor", "message_floor", "canonical_from")
 # Each table of an inbox, with its columns (inbox_id aside), oldest row first
 # (history in its order, so each story reads the same).
 TABLES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -33,6 +34,7 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
                     "tries", "max_tries", "finished_at", "error"), "seq"),
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
+    "epochs": (("epoch", "prefix", "first_event", "started_at"), "epoch"),
 }
 
 

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
 NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
+# The key prefix of things made now (see Core.key_prefix), in one read.
+KEY_PREFIX = """SELECT COALESCE((SELECT prefix FROM epochs WHERE inbox_id = :box
+                                 ORDER BY epoch DESC LIMIT 1), instance)
+                FROM inboxes WHERE id = :box"""
 
 
 def lease_of(row: tuple[Any, ...] | None) -> Lease | None:
@@ -80,13 +84,45 @@ class Core:
         return f"SELECT {LEASE_COLUMNS} FROM inboxes WHERE id = :box{self.engine.lock_clause}"
 
     def instance_id(self) -> str:
-        """A random id fixed when the inbox was made: it makes keys unique across inboxes."""
+        """A random id fixed when the inbox was made: it makes keys unique across inboxes.
+
+        It does not change with a restore: a key built on it alone could be handed
+        out again after one. A key of something made now is built on
+        :meth:`key_prefix` instead, which is this id until the inbox's first restore.
+        """
         if self._instance is None:
             self._made()
             row = self._read().one("SELECT instance FROM inboxes WHERE id = :box")
             assert row is not None
             self._instance = str(row[0])
         return self._instance
+
+    def _epochs(self) -> list[tuple[str, int]]:
+        """(key prefix, first event id) of each epoch, the newest first: the inbox's
+        own instance id from event 1, then one epoch per restore (see ``restore``)."""
+        reader = self._read()
+        rows = reader.rows("SELECT prefix, first_event FROM epochs WHERE inbox_id = :box "
+                           "ORDER BY epoch DESC")
+        return [(str(p), int(f)) for p, f in rows] + [(self.instance_id(), 1)]
+
+    def key_prefix(self) -> str:
+        """What every key made now starts with (events, dispatches, and whatever else
+        builds a key on the inbox): the instance id, and after a restore the prefix of
+        the restore's epoch, so nothing made after a restore takes a key the replaced
+        inbox may have given out after the backup was taken. Read afresh each call."""
+        self._made()
+        row = self._read().one(KEY_PREFIX)
+        assert row is not None
+        return str(row[0])
+
+    def event_keys(self, ids: Sequence[int]) -> dict[int, str]:
+        """The idempotency key of each event: its epoch's prefix, ``-event-``, its id.
+        An event keeps its key for good; a restore changes only the keys to come."""
+        from agentbox.rules.keys import idempotency_key
+
+        epochs = self._epochs()
+        return {i: idempotency_key(next(p for p, first in epochs if i >= first), i)
+                for i in ids}
 
     def lease(self) -> Lease | None:
         """The lease as it stands (it may have expired)."""

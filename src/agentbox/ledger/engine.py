@@ -157,6 +157,12 @@ class Engine(Protocol):
         from the first line that names it."""
         ...
 
+    def new_id(self, table: str, n: int) -> str:
+        """The SQL value of the ``n``-th (from 1) row a statement inserts into ``table``
+        (events, outbox) as its id: above every id the inbox has handed out, even one
+        whose row is gone, so that no id (and no key made of it) is given twice."""
+        ...
+
     def counts(self, reader: Reader) -> dict[str, dict[str, int]]:
         """Rows per state of the counted tables (events, outbox), from the kept tallies."""
         ...

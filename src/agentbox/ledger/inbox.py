@@ -69,7 +69,11 @@ def _remembered(reader: Reader, source: str, source_id: str, payload: str,
                      source=source, source_id=source_id, now=now)
     if row is None:
         return None
-    outcome: IngestOutcome = "duplicate" if digest(payload) == bytes(row[1]) else "conflict"
+    # A key pruned before payloads were canonical per JCS is remembered by the digest
+    # of the spelling they had then.
+    legacy = getattr(payload, "legacy", None)
+    same = bytes(row[1]) in {digest(payload), digest(legacy) if legacy else b""}
+    outcome: IngestOutcome = "duplicate" if same else "conflict"
     return IngestResult(outcome, int(row[0]), source, source_id)
 
 
@@ -82,9 +86,11 @@ def _judged(reader: Reader, source: str, source_id: str,
             payload: str, now: int) -> tuple[IngestResult, bool] | None:
     """A key found taken: (duplicate or conflict, whether its event stands to note a
     conflict in), or None when it is neither stored nor remembered."""
-    row = reader.one("""SELECT id, payload = :payload FROM events WHERE inbox_id = :box
-                        AND source = :source AND source_id = :source_id""",
-                     source=source, source_id=source_id, payload=payload)
+    # A payload stored before JCS (and not rewritten yet) is still its duplicate.
+    row = reader.one("""SELECT id, payload IN (:payload, :legacy) FROM events
+                        WHERE inbox_id = :box AND source = :source AND source_id = :source_id""",
+                     source=source, source_id=source_id, payload=payload,
+                     legacy=getattr(payload, "legacy", None) or payload)
     if row is not None:
         outcome: IngestOutcome = "duplicate" if row[1] else "conflict"
         return IngestResult(outcome, int(row[0]), source, source_id), True
@@ -203,7 +209,7 @@ class Inbox(Core):
         batch = []
         for source, source_id, payload in items:
             check_delivery_key(source, source_id)
-            batch.append((source, source_id, str(payload_text(payload, max_payload))))
+            batch.append((source, source_id, payload_text(payload, max_payload)))
         if not batch:
             return []
         with self._write() as tx:
@@ -222,7 +228,7 @@ class Inbox(Core):
                     results.append(IngestResult("stored", stored[key], source, source_id))
                 elif key in standing:
                     event_id, kept = standing[key]
-                    same = kept == payload
+                    same = kept in (payload, getattr(payload, "legacy", None))
                     if not same:
                         conflicts.append((event_id, payload))
                     results.append(IngestResult("duplicate" if same else "conflict", event_id,

@@ -15,27 +15,27 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
-from agentbox.ledger.core import Core
+from agentbox.ledger.core import KEY_PREFIX, Core
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
 from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Tx
+    from agentbox.ledger.engine import Engine, Tx
     from agentbox.rules.answer import Message
     from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
 
 
-def queue_in(tx: Tx, now: int, generation: int | None,
+def queue_in(engine: Engine, tx: Tx, now: int, generation: int | None,
              messages: Sequence[Message]) -> list[int]:
     """Hold a run's messages, inside its finish transaction."""
     if not messages:
         return []
-    values = ", ".join(f"(:box, :body{n}, :urgent{n}, :generation, :now)"
-                       for n in range(len(messages)))
+    values = ", ".join(f"({engine.new_id('outbox', n + 1)}, :box, :body{n}, :urgent{n}, "
+                       ":generation, :now)" for n in range(len(messages)))
     params: dict[str, Any] = {f"body{n}": m.body for n, m in enumerate(messages)}
     params.update({f"urgent{n}": m.urgent for n, m in enumerate(messages)})
     ids = sorted(int(r[0]) for r in tx.rows(
-        f"""INSERT INTO outbox (inbox_id, body, urgent, generation, created_at)
+        f"""INSERT INTO outbox (id, inbox_id, body, urgent, generation, created_at)
             VALUES {values} RETURNING id""", generation=generation, now=now, **params))
     history.record_many(tx, now, "message", "queued", ((i, generation, None) for i in ids))
     return ids
@@ -179,9 +179,10 @@ class Outbox(Core):
                 return Wait(len(held), rules.next_allowed(last, gap), *_in_flight(tx))
             urgent = any(flags)
             row = tx.one("""UPDATE inboxes SET dispatch_seq = dispatch_seq + 1
-                            WHERE id = :box RETURNING dispatch_seq, instance""")
-            assert row is not None
-            seq, key = int(row[0]), rules.dispatch_key(str(row[1]), int(row[0]))
+                            WHERE id = :box RETURNING dispatch_seq""")
+            prefix = tx.one(KEY_PREFIX)
+            assert row is not None and prefix is not None
+            seq, key = int(row[0]), rules.dispatch_key(str(prefix[0]), int(row[0]))
             body = rules.merged([str(b) for _, b, _ in held])
             deadline = rules.claim_deadline(now, timeout)
             tx.run("""INSERT INTO dispatches (inbox_id, seq, key, mode, body, urgent,

@@ -26,9 +26,9 @@ def _rows_of() -> dict[str, str]:
     for a dry run and select them for a step. Made at the first prune, not by every
     ingest that loads the store.
 
-    The newest event and message of an inbox always stay: an id must never be
-    given out twice (an event's idempotency key is made of it), and SQLite numbers
-    a new row after the highest id left.
+    Every row the rule names goes, the newest too: ids are numbered above the
+    highest the inbox has handed out (see :func:`_raise_floors`), not above the
+    highest left, so none is given out twice.
     """
     from agentbox.rules.records import SETTLED_DISPATCH_STATES
     from agentbox.rules.retention import KEPT_SOURCES
@@ -37,15 +37,24 @@ def _rows_of() -> dict[str, str]:
     settled = "(" + ", ".join(f"'{s}'" for s in SETTLED_DISPATCH_STATES) + ")"
     return dict(
         done=f"""FROM events WHERE inbox_id = :box AND status = 'done'
-                 AND updated_at < :done_before AND source NOT IN {kept}
-                 AND id < (SELECT MAX(id) FROM events WHERE inbox_id = :box)""",
-        sent="""FROM outbox WHERE inbox_id = :box AND state = 'sent' AND sent_at < :sent_before
-                AND id < (SELECT MAX(id) FROM outbox WHERE inbox_id = :box)""",
+                 AND updated_at < :done_before AND source NOT IN {kept}""",
+        sent="""FROM outbox WHERE inbox_id = :box AND state = 'sent' AND sent_at < :sent_before""",
         dispatches=f"""FROM dispatches WHERE inbox_id = :box AND state IN {settled}
                        AND finished_at < :dispatch_before""",
         forgotten="FROM pruned_keys WHERE inbox_id = :box AND until <= :now",
         timer_history="""FROM history WHERE inbox_id = :box AND subject = 'timer'
                          AND at < :done_before""")
+
+
+FLOORS = {"events": "event_floor", "outbox": "message_floor"}
+
+
+def _raise_floors(tx: Tx) -> None:
+    """Record the highest event and message ids before rows may go, so that new rows
+    are numbered above them (the engine's :meth:`Engine.new_id`)."""
+    for table, floor in FLOORS.items():
+        top = f"(SELECT MAX(id) FROM {table} WHERE inbox_id = :box)"
+        tx.run(f"UPDATE inboxes SET {floor} = {top} WHERE id = :box AND {floor} < {top}")
 
 
 def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
@@ -151,6 +160,7 @@ class Prune(Core):
 
         counts: list[int] = []
         with self._locked() as (tx, _):
+            _raise_floors(tx)
             left = limit
             for prune in _KINDS:
                 done = prune(tx, cut, left) if left > 0 else 0

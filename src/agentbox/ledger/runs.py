@@ -205,7 +205,7 @@ class Runs(Core):
                        WHERE inbox_id = :box AND id IN {chosen}""", now=now, **params)
             history.record_many(tx, now, "event", "finished",
                                 ((i, generation, None) for i in done))
-            queue_in(tx, now, generation, answer.messages)
+            queue_in(self.engine, tx, now, generation, answer.messages)
             for request in answer.approvals:
                 request_in(tx, request.id, now, request.expires_in, request.action)
             if answer.messages:

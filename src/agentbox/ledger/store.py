@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentbox.ledger.approvals import Approvals
+from agentbox.ledger.canonical import Canonicalise
 from agentbox.ledger.inbox import Inbox
 from agentbox.ledger.lease import Leases
 from agentbox.ledger.links import Links
@@ -45,7 +46,8 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
-class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune):
+class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune,
+            Canonicalise):
     """One user's inbox: events, lease, runs, timers, approvals and outbox."""
 
     def __enter__(self) -> Store:

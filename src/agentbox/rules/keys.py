@@ -52,3 +52,15 @@ def prefix_bound(prefix: str) -> str:
     With it, "starts with" is a range on the key's index: ``prefix <= id < bound``.
     """
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def idempotency_key(prefix: str, event_id: int) -> str:
+    """Stable for an event across retries and replays, unique across inboxes and
+    restores (``prefix`` is its epoch's: see ``Core.event_keys``)."""
+    return f"{prefix}-event-{event_id}"
+
+
+def epoch_prefix(instance: str, token: str) -> str:
+    """The key prefix of an epoch begun by a restore: the inbox's instance id and a
+    random token, so two restores of one backup (on two machines, say) differ too."""
+    return f"{instance}.{token}"

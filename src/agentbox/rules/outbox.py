@@ -132,9 +132,10 @@ def claim_deadline(now: int, timeout: int) -> int:
     return check_time(now + timeout + CLAIM_GRACE, "a dispatch's claim deadline would be")
 
 
-def dispatch_key(instance: str, seq: int) -> str:
-    """Unique per inbox and never reused: the channel dedupes on it."""
-    return f"{instance}-{seq}"
+def dispatch_key(prefix: str, seq: int) -> str:
+    """Unique per inbox and never reused, across restores too (``prefix`` is the
+    inbox's key prefix of the moment, Core.key_prefix): the channel dedupes on it."""
+    return f"{prefix}-{seq}"
 
 
 def sender_word(ok: bool, returncode: int | None, timed_out: bool, stopped: bool) -> SendOutcome:

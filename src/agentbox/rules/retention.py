@@ -10,9 +10,10 @@ redelivery is still ``duplicate`` and a changed one still ``conflict``.
 What is never pruned: pending, running and dead events (dead ones wait for
 an operator, whatever their age); held, sending and uncertain messages; a
 dispatch that still paces the outbox (the gap counts from the last send);
-approval outcomes, which are the approvals' own record (``approve list``
-and ``approve answer`` read them); and the newest event and message, so that
-no id is ever given out twice (an event's idempotency key is made of its id).
+and approval outcomes, which are the approvals' own record (``approve list``
+and ``approve answer`` read them). The newest event or message goes like any
+other: ids are numbered above the highest ever handed out, not above the
+highest left, so none is given out twice.
 """
 
 from __future__ import annotations

@@ -290,6 +290,9 @@ class PostgresEngine:
             raise db.translate(exc, self.location) from None
         return {(str(s), str(i)): int(n) for n, s, i in rows}
 
+    def new_id(self, table: str, n: int) -> str:
+        return "DEFAULT"  # a sequence: it never goes back, whatever was deleted
+
     def counts(self, reader: Reader) -> dict[str, dict[str, int]]:
         """Every state of every counted table, each the sum of its slots."""
         found: dict[tuple[str, str], int] = {

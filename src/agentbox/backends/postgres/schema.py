@@ -242,5 +242,18 @@ CREATE TABLE state_counts (
 # (NULL until then); `approve rotate-links` replaces it.
 _V2 = ("ALTER TABLE inboxes ADD COLUMN link_secret text",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Version 3: key epochs and JCS payloads (see the SQLite schema's version 10). Ids here come from
+# sequences, which never go back, so the floors a file keeps are only recorded.
+_V3: tuple[str, ...] = (
+    "ALTER TABLE inboxes ADD COLUMN event_floor bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE inboxes ADD COLUMN message_floor bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE inboxes ADD COLUMN canonical_from bigint DEFAULT 0",  # NULL: all JCS
+    # prefix: what its keys start with; first_event: the lowest event id keyed in it;
+    # started_at: when the restore that began it ran
+    """CREATE TABLE epochs (inbox_id integer NOT NULL, epoch integer NOT NULL,
+       prefix text NOT NULL, first_event bigint NOT NULL, started_at bigint NOT NULL,
+       PRIMARY KEY (inbox_id, epoch))""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)

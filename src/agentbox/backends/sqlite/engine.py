@@ -29,18 +29,45 @@ if TYPE_CHECKING:
 
 BOX = 1  # the one inbox of a file
 
-_INSERT = """INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
+# A new event is numbered above the highest id the inbox has handed out (its
+# ``event_floor``, raised by a prune or a restore), not only above the highest
+# row left: SQLite alone would number it after the highest row, and give out
+# again the ids of pruned newest rows. Both look-ups are one index step.
+_ABOVE = "max({floor}, ifnull((SELECT max(id) FROM {table}), 0))"
+_TOP = {"events": _ABOVE.format(floor="event_floor", table="events"),
+        "outbox": _ABOVE.format(floor="message_floor", table="outbox")}
+_INSERT = f"""INSERT INTO events (id, inbox_id, source, source_id, payload, created_at,
+                                  updated_at)
+             VALUES ((SELECT {_TOP["events"]} + 1 FROM inboxes WHERE id = ?1), ?1, ?2, ?3, ?4,
+                     ?5, ?5)
+             ON CONFLICT (source, source_id) DO NOTHING RETURNING id"""
 # A batch in one statement, sent as a JSON array. ``ORDER BY key`` keeps the
 # batch's order, so its events get ids in that order; the trigger that refuses
 # remembered keys and the conflict clause leave out the keys already taken.
-_INSERT_BATCH = """INSERT INTO events (inbox_id, source, source_id, payload, created_at,
+# While the floor is above every row (just after a prune or a restore) the batch
+# is numbered from it, by position (a key left out leaves its number unused);
+# otherwise SQLite numbers the rows stored one after another.
+_INSERT_BATCH = """INSERT INTO events (id, inbox_id, source, source_id, payload, created_at,
                                        updated_at)
-                   SELECT ?, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
-                          json_extract(value, '$[2]'), ?, ? FROM json_each(?)
+                   SELECT CASE WHEN f.floor > f.top THEN f.floor + key + 1 END, ?1,
+                          json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                          json_extract(value, '$[2]'), ?2, ?2
+                   FROM json_each(?3),
+                        (SELECT event_floor AS floor,
+                                ifnull((SELECT max(id) FROM events), 0) AS top
+                         FROM inboxes WHERE id = ?1) AS f
                    WHERE true ORDER BY key
                    ON CONFLICT (source, source_id) DO NOTHING
                    RETURNING id, source, source_id"""
+
+
+def _identity(location: str) -> tuple[int, int] | None:
+    """Which file is at ``location`` now (None: none)."""
+    try:
+        found = os.stat(location)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class _Reader:
@@ -128,10 +155,20 @@ class SqliteEngine:
     def __init__(self, path: str | os.PathLike[str], *, durable: bool = True,
                  make_folders: bool = True, create: bool = True,
                  busy_timeout: float | None = None) -> None:
+        from agentbox.backends.sqlite import presence
+
         self.location = os.fspath(path)
+        self._options = (durable, busy_timeout)
         self.conn: sqlite3.Connection = db.connect(path, durable=durable,
                                                    make_folders=make_folders, create=create,
                                                    busy_timeout=busy_timeout)
+        try:
+            self._presence = presence.hold(
+                self.location, db.BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout)
+        except BaseException:
+            self.conn.close()
+            raise
+        self._file = _identity(self.location)
         self._reader = _Reader(self.conn, BOX, self.location)
 
     @classmethod
@@ -140,30 +177,52 @@ class SqliteEngine:
         engine = cls.__new__(cls)
         engine.location = location
         engine.conn = db.connect_empty()
+        engine._presence, engine._file = None, None
         engine._reader = _Reader(engine.conn, BOX, location)
         return engine
+
+    def current(self) -> sqlite3.Connection:
+        """The connection, opened again first when the file at the inbox's path is no
+        longer the one it was open on (a restore, or a file copied in by hand): a
+        long-running process then works on the inbox that is there now. One stat."""
+        if self._file is not None and _identity(self.location) not in (self._file, None):
+            self._reopen()
+        return self.conn
+
+    def _reopen(self) -> None:
+        durable, busy_timeout = self._options
+        conn = db.connect(self.location, durable=durable, make_folders=False, create=False,
+                          busy_timeout=busy_timeout)
+        self.conn.close()
+        self.conn, self._file = conn, _identity(self.location)
+        self._reader = _Reader(conn, BOX, self.location)
 
     def inbox(self, create: bool) -> int:
         return BOX
 
     def reader(self, box: int) -> _Reader:
-        return self._reader if box == BOX else _Reader(self.conn, box, self.location)
+        conn = self.current()
+        return self._reader if box == BOX else _Reader(conn, box, self.location)
 
     def glance(self, box: int) -> _Glance:
-        """A read costs no round trip here, and takes no lock in WAL mode."""
-        return _Glance(self.conn, box, self.location)
+        """A read costs no round trip here, and takes no lock in WAL mode (of the file at
+        the inbox's path now: a glance at a replaced file could call a new key known)."""
+        return _Glance(self.current(), box, self.location)
 
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
-        with self._translated(), db.write(self.conn, durable):
-            yield _Tx(self.conn, box, self.location)
+        with self._translated():
+            conn = self.current()
+            with db.write(conn, durable):
+                yield _Tx(conn, box, self.location)
 
     @contextmanager
     def snapshot(self, box: int) -> Iterator[_Reader]:
         """A read transaction: in WAL mode it sees one commit while writers go on."""
         with self._translated():
-            db.waiting(self.conn)
-            self.conn.execute("BEGIN")
+            conn = self.current()
+            db.waiting(conn)
+            conn.execute("BEGIN")
             try:
                 yield self.reader(box)
             finally:
@@ -178,10 +237,10 @@ class SqliteEngine:
 
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
                     payload: str, now: int) -> int | None:
-        params = (box, source, source_id, payload, now, now)
+        params = (box, source, source_id, payload, now)
         try:  # not _translated(): a generator's set-up costs every ingest
             # Outside a transaction the INSERT is one: it waits for the lock in short steps.
-            rows = (db.take_write_lock(self.conn, _INSERT, params) if tx is None
+            rows = (db.take_write_lock(self.current(), _INSERT, params) if tx is None
                     else self.conn.execute(_INSERT, params).fetchall())
         except sqlite3.Error as exc:
             raise db.translate(exc, self.location) from None
@@ -190,9 +249,12 @@ class SqliteEngine:
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
                      now: int) -> dict[Key, int]:
         with self._translated():
-            rows = self.conn.execute(_INSERT_BATCH, (tx.box, now, now,
+            rows = self.conn.execute(_INSERT_BATCH, (tx.box, now,
                                                      json.dumps(list(items)))).fetchall()
         return {(str(s), str(i)): int(n) for n, s, i in rows}
+
+    def new_id(self, table: str, n: int) -> str:
+        return f"(SELECT {_TOP[table]} + {n} FROM inboxes WHERE id = :box)"
 
     def counts(self, reader: Reader) -> dict[str, dict[str, int]]:
         """The trigger-kept tallies, every state present."""
@@ -211,13 +273,14 @@ class SqliteEngine:
     def waiter(self, box: Callable[[], int | None]) -> InboxWaiter:
         from agentbox.backends.sqlite.wake import InboxWaiter
 
-        return InboxWaiter(self.conn, self.location)
+        return InboxWaiter(self.current, self.location)
 
     def checks(self) -> list[Check]:
         from agentbox.backends.sqlite import upkeep
 
-        db.waiting(self.conn)
-        return upkeep.checks(self.conn, self.location)
+        conn = self.current()
+        db.waiting(conn)
+        return upkeep.checks(conn, self.location)
 
     def disk_bytes(self, reader: Reader) -> int:
         from agentbox.backends.sqlite import upkeep
@@ -229,16 +292,22 @@ class SqliteEngine:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
-            db.waiting(self.conn)
-            return upkeep.reclaim(self.conn, budget)
+            conn = self.current()
+            db.waiting(conn)
+            return upkeep.reclaim(conn, budget)
 
     def copy_file(self, dest: Path) -> bool:
         from agentbox.backends.sqlite import upkeep
 
         with self._translated():
-            db.waiting(self.conn)
-            upkeep.vacuum_into(self.conn, dest)
+            conn = self.current()
+            db.waiting(conn)
+            upkeep.vacuum_into(conn, dest)
         return True
 
     def close(self) -> None:
+        from agentbox.backends.sqlite import presence
+
         self.conn.close()
+        presence.release(self._presence)
+        self._presence = None

@@ -101,7 +101,7 @@ class SqliteInboxes:
         if opened is None:
             return None
         try:
-            return data_version(opened[1].conn)
+            return data_version(opened[1].current())
         except sqlite3.Error:
             return None  # looked at again by next_work, which says what is wrong
 

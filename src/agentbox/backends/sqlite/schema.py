@@ -259,5 +259,29 @@ _V9 = """
 ALTER TABLE inboxes ADD COLUMN link_secret TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Version 10: ids unique by construction, and key epochs. SQLite numbers a new row
+# after the highest id left, so a table whose newest rows were pruned (or a file put
+# back by a restore) would hand an id out twice: each inbox keeps the highest event
+# and message id it knows to have been handed out (a prune raises it before it
+# deletes, a restore sets it from both files), and new rows are numbered above it.
+# An epoch starts with each restore: events from ``first_event`` on, and every
+# dispatch claimed since, take keys of that epoch (see Core.key_prefix); epoch 0,
+# never written, is the inbox's own instance id, so no key given before changes.
+# Payloads stored before are rewritten in their JCS spelling (RFC 8785) a bounded
+# step at a time, from the event id ``canonical_from`` on (ledger.canonical).
+_V10 = """
+ALTER TABLE inboxes ADD COLUMN event_floor INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inboxes ADD COLUMN message_floor INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inboxes ADD COLUMN canonical_from INTEGER DEFAULT 0;  -- NULL: payloads all JCS
+CREATE TABLE epochs (
+    inbox_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    prefix TEXT NOT NULL,           -- what its keys start with (Core.key_prefix)
+    first_event INTEGER NOT NULL,   -- the lowest event id keyed in this epoch
+    started_at INTEGER NOT NULL,    -- when the restore that began it ran
+    PRIMARY KEY (inbox_id, epoch)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -193,7 +193,9 @@ class InboxWaiter:
     """The :class:`~agentbox.ledger.engine.Waiter` of one inbox file, blind to its store's
     own writes."""
 
-    def __init__(self, conn: sqlite3.Connection, location: str) -> None:
+    def __init__(self, conn: Callable[[], sqlite3.Connection], location: str) -> None:
+        """``conn`` gives the store's connection as it is now (a store reopens a
+        replaced file: the waiter then reads the new one)."""
         path = Path(location)
         mine = path.name
 
@@ -202,7 +204,7 @@ class InboxWaiter:
 
         self.location = location
         self.changes = Changes(path.parent, owner, lambda: [mine],
-                               lambda _name: data_version(conn))
+                               lambda _name: data_version(conn()))
 
     def wait(self, timeout: float) -> bool:
         from agentbox.backends.sqlite.db import translate

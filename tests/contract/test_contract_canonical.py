@@ -1,0 +1,72 @@
+"""Store contract: payloads are the same document when RFC 8785 (JCS) says so, and a
+payload stored or remembered in the spelling of agentbox 0.2 is still recognised."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentbox import upkeep
+from agentbox.errors import BadInput
+from agentbox.jsonutil import legacy_canonical
+from agentbox.ledger.store import Store
+from agentbox.rules.policy import Policy
+from agentbox.rules.retention import digest
+from support.clock import T0, TTL
+
+
+@pytest.mark.parametrize(("first", "again"), [('{"n": 1}', '{"n": 1.0}'),
+                                              ('{"n": 1e2}', '{"n": 100}'),
+                                              ('{"n": [0.5, -0.0]}', '{"n": [5e-1, 0]}'),
+                                              ('{"a": 1, "b": true}', '{"b":true,"a":1.00}')])
+def test_numbers_jcs_spells_alike_are_a_duplicate_not_a_conflict(
+        backend: Store, first: str, again: str) -> None:
+    stored = backend.ingest("hook", "k", first, T0)
+    assert stored.outcome == "stored"
+    assert backend.ingest("hook", "k", again, T0).outcome == "duplicate"
+    [many] = backend.ingest_many([("hook", "k", again)], T0)
+    assert many.outcome == "duplicate"
+    assert backend.ingest("hook", "k", '{"n": 2}', T0).outcome == "conflict"
+
+
+def test_a_float_is_stored_as_jcs_writes_it(backend: Store) -> None:
+    backend.ingest("hook", "k", '{"big": 1e300, "n": 1.0, "tiny": 1e-7}', T0)
+    event = backend.find("hook", "k")
+    assert event is not None and event.payload == '{"big":1e+300,"n":1,"tiny":1e-7}'
+
+
+def test_an_integer_beyond_what_json_numbers_carry_is_bad_input(backend: Store) -> None:
+    assert backend.ingest("hook", "ok", '{"n": 9007199254740991}', T0).outcome == "stored"
+    with pytest.raises(BadInput, match="send it as a string"):
+        backend.ingest("hook", "k", '{"n": 9007199254740993}', T0)
+    assert backend.find("hook", "k") is None
+
+
+def _as_stored_by_0_2(store: Store, source_id: str, old: str) -> None:
+    with store._write() as tx:
+        tx.run("UPDATE events SET payload = :old WHERE inbox_id = :box AND source_id = :k",
+               old=old, k=source_id)
+        tx.run("UPDATE inboxes SET canonical_from = 0 WHERE id = :box")
+
+
+def test_an_old_inbox_s_duplicate_is_still_recognised_and_its_rows_rewritten(
+        backend: Store) -> None:
+    backend.ingest("hook", "k", '{"n": 1.0}', T0)
+    backend.ingest("hook", "plain", '{"s": "a.b"}', T0)
+    _as_stored_by_0_2(backend, "k", legacy_canonical({"n": 1.0}))  # '{"n":1.0}'
+    assert backend.ingest("hook", "k", '{"n": 1.0}', T0).outcome == "duplicate"
+    upkeep.prune(backend, T0, Policy(lease_ttl=TTL), sleep=lambda _: None)
+    event = backend.find("hook", "k")
+    assert event is not None and event.payload == '{"n":1}'
+    assert backend.ingest("hook", "k", '{"n": 1}', T0).outcome == "duplicate"
+    assert backend.canonicalise_step() is None  # done: the walk is not made again
+
+
+def test_a_key_pruned_by_0_2_is_still_a_duplicate_in_its_old_spelling(backend: Store) -> None:
+    old = legacy_canonical({"n": 1.0})
+    with backend._write() as tx:
+        tx.run("""INSERT INTO pruned_keys (inbox_id, source, source_id, digest, event_id, until)
+                  VALUES (:box, 'hook', 'gone', :digest, 7, :until)""",
+               digest=digest(old), until=T0 + 3600)
+    again = backend.ingest("hook", "gone", '{"n": 1.0}', T0)
+    assert (again.outcome, again.id) == ("duplicate", 7)
+    assert backend.ingest("hook", "gone", '{"n": 2}', T0).outcome == "conflict"
