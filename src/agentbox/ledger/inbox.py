@@ -160,7 +160,8 @@ class Inbox(Core):
         text = payload_text(payload, max_payload)
         if stored is not None:
             event_id, kept = stored
-            return self._noted(IngestResult("duplicate" if text == kept else "conflict",
+            same = kept in (text, getattr(text, "legacy", None))  # stored before JCS, too
+            return self._noted(IngestResult("duplicate" if same else "conflict",
                                             event_id, source, source_id), text, now)
         box = self._made()
         for _ in range(RACE_RETRIES):
