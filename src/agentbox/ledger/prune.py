@@ -45,7 +45,9 @@ def _rows_of() -> dict[str, str]:
                        AND finished_at < :dispatch_before""",
         forgotten="FROM pruned_keys WHERE inbox_id = :box AND until <= :now",
         timer_history="""FROM history WHERE inbox_id = :box AND subject = 'timer'
-                         AND at < :done_before""")
+                         AND at < :done_before""",
+        steps="""FROM steps WHERE inbox_id = :box AND status IN ('done', 'failed')
+                 AND finished_at < :done_before""")
 
 
 def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
@@ -115,7 +117,7 @@ def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
 _KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
     _events, _rows(lambda: _rows_of()["sent"], "id", "id", "outbox", "message"),
     _rows(lambda: _rows_of()["dispatches"], "key", "seq", "dispatches", "dispatch"), _forgotten,
-    _timer_history)
+    _timer_history, _rows(lambda: _rows_of()["steps"], "key", "finished_at", "steps", "step"))
 
 
 class Prune(Core):
@@ -136,7 +138,8 @@ class Prune(Core):
         that :mod:`agentbox.rules.retention` lets go, oldest first: done events
         (their keys and payload digests remembered until ``cut.remembered_until``),
         then sent messages, settled dispatches, remembered keys past the window,
-        and timer history. A total below ``limit`` means nothing is left.
+        timer history, and finished steps (after which their KEY may run again). A
+        total below ``limit`` means nothing is left.
 
         While a key is remembered, ingesting it again is ``duplicate`` (same
         digest) or ``conflict`` (another), with the pruned event's id, and

@@ -2,7 +2,7 @@
 
 Every command, the worker, the dispatcher, the pool, the scenario runner and
 the tests speak to :class:`Store`. Its operations come from the ledger's
-parts (inbox, lease, runs, timers, approvals, outbox, prune), each part one
+parts (inbox, lease, runs, timers, approvals, outbox, prune, state, steps), each part one
 module, each operation one method there: the transaction it runs, the rules
 of :mod:`agentbox.rules` it applies, the history it records. The engine
 underneath (:mod:`agentbox.ledger.engine`) only stores, locks and queries,
@@ -24,7 +24,9 @@ from agentbox.ledger.lease import Leases
 from agentbox.ledger.outbox import Outbox
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
+from agentbox.ledger.state import State
 from agentbox.ledger.status import Status, Vitals
+from agentbox.ledger.steps import Steps
 from agentbox.ledger.timers import Timers, next_due
 
 if TYPE_CHECKING:
@@ -43,8 +45,8 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
-class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune):
-    """One user's inbox: events, lease, runs, timers, approvals and outbox."""
+class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune, State, Steps):
+    """One user's inbox: events, lease, runs, timers, approvals, outbox, state and steps."""
 
     def __enter__(self) -> Store:
         return self
