@@ -92,7 +92,7 @@ class Steps(Core):
             if ended is None:
                 return False
             history.record(tx, now, "step", key, outcome.status, generation,
-                           outcome.error or f"attempt {attempt}")
+                           f"attempt {attempt}" + (f"; {outcome.error}" if outcome.error else ""))
             return True
 
     def steps(self, status: str | None = None) -> list[Step]:
