@@ -179,6 +179,10 @@ def test_a_step_outside_a_run_is_a_usage_error(agentbox_proc, tmp_path) -> None:
     assert not ran.exists()
 
 
+def _pids(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
 def _stepped(log: Path, worker: subprocess.Popen[str], before: int) -> bool:
     """Whether a step ran since ``before`` effects were logged, or the run is over."""
     return len(effects(log)) > before or worker.poll() is not None
@@ -205,16 +209,20 @@ def test_a_kill_loop_repeats_no_finished_step_and_loses_no_event(
     now, kills = T0, 0
     for _ in range(n_kills):
         now += TTL + 1  # each run takes over the last one's lease at once
+        handlers_before = len(_pids(pids))
         worker = start(*argv, now=now)
         before = len(effects(log))
         wait_for(functools.partial(_stepped, log, worker, before), "a step of this run")
         time.sleep(chance.uniform(0, 0.3))
-        victim = worker.pid
-        if chance.random() < 0.4 and pids.exists():
-            victim = int(pids.read_text().split()[-1])  # the handler, not the run
-        with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
-            os.kill(victim, signal.SIGKILL)
-            kills += 1
+        mine = _pids(pids)[handlers_before:]  # this run's handlers, not an earlier run's
+        victims = [worker.pid]
+        if chance.random() < 0.4 and mine:
+            victims.insert(0, mine[-1])  # the handler; the run too, if it is gone already
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+                kills += 1
+                break
         finish_proc(worker)
         if all(event_state(store, f"m{n}")[0] == "done" for n in range(n_events)):
             break
