@@ -3,7 +3,8 @@
 :meth:`Steps.begin_step` is the fence and the memo in one transaction holding
 the inbox's lock: a worker that lost its lease is told so before it starts
 anything, a ``done`` KEY hands back its recorded stdout, and a new try is
-recorded ``started`` before its command runs. :meth:`Steps.end_step` is not
+recorded ``started`` before its command runs (durably only where it must be:
+at-most-once). :meth:`Steps.end_step` is not
 fenced: a done step's result is worth keeping even if the lease moved on
 meanwhile (its side effect happened either way, and the next try would
 otherwise repeat it); it is refused only when a newer try of the KEY began.
@@ -45,7 +46,10 @@ class Steps(Core):
 
         check_key(key)
         check_mode(mode)
-        with self._locked() as (tx, lease):
+        # At-least-once may lose a `started` line to a power cut (not to a crash of any
+        # process): the step then runs again, as at-least-once allows; at-most-once
+        # must never lose one, or it would run a step twice.
+        with self._locked(durable=mode == "at-most-once") as (tx, lease):
             if not holds(lease, holder, generation, now):
                 return Begun("fenced")
             row = tx.one("""SELECT status, attempts, output FROM steps
