@@ -151,3 +151,25 @@ def test_step_keys_are_bounded_and_the_env_key_is_per_inbox(backend: Store,
     mine = step_key(backend.instance_id(), "k")
     assert mine == step_key(backend.instance_id(), "k") != step_key(backend.instance_id(), "j")
     assert mine != step_key(other_backend.instance_id(), "k")
+
+
+def test_finished_steps_are_pruned_with_keep_done_and_may_run_again(backend: Store) -> None:
+    from agentbox import upkeep
+    from agentbox.rules.policy import DAY
+
+    assert backend.acquire("A", T0, TTL) == 1
+    for key, status in (("done", "done"), ("failed", "failed"), ("open", None)):
+        backend.begin_step("A", 1, key, T0, "at-least-once")
+        if status is not None:
+            out = b"x" if status == "done" else None
+            backend.end_step(key, 1, 1, Outcome(status, 0 if out else 1, out, None), T0)
+    policy = Policy(lease_ttl=TTL, keep_done=DAY)
+    report = upkeep.prune(backend, T0 + DAY - 1, policy, sleep=lambda _: None)
+    assert report.counts.steps == 0
+    report = upkeep.prune(backend, T0 + DAY + 1, policy, sleep=lambda _: None)
+    assert report.counts.steps == 2 and report.document()["steps"] == 2
+    assert [s.key for s in backend.steps()] == ["open"]  # never finished: kept
+    assert backend.history("step", "done") == []
+    later = T0 + DAY + 2
+    assert backend.acquire("B", later + TTL, TTL) == 2
+    assert backend.begin_step("B", 2, "done", later + TTL, "at-least-once").action == "run"

@@ -250,3 +250,43 @@ def test_a_kill_loop_repeats_no_finished_step_and_loses_no_event(
                        for a in attempts[:-1]), story
     print(f"kill loop: {n_events} events, {kills} kills, {3 * n_events} steps, "
           f"{repeated} repeat(s) of a step a kill landed inside")
+
+
+PYTHON_STEPS = r'''
+import os, sys
+from agentbox.handler import Batch, Reply, handler
+
+calls = sys.argv[1]
+
+@handler
+def agent(batch: Batch) -> Reply:
+    def work(attempt):
+        with open(calls, "a") as f:
+            f.write(f"{attempt.key} {attempt.attempt}\n")
+        return {"plan": "book", "n": len(batch.events)}
+    plan = batch.step(f"event-{batch.events[0].id}/model", work)
+    if not os.path.exists(calls + ".go"):
+        raise RuntimeError("the tool is down")
+    return Reply(messages=[plan["plan"]], state={"plan": plan})
+
+if __name__ == "__main__":
+    agent.main()
+'''
+
+
+def test_batch_step_in_a_python_handler_is_not_called_again_on_the_retry(
+        cli, agentbox_proc, tmp_path, open_inbox) -> None:
+    script, calls = tmp_path / "agent.py", tmp_path / "calls"
+    script.write_text(PYTHON_STEPS)
+    assert cli("ingest", "chat", "m1", now=T0).code == 0
+    failed = agentbox_proc("run", "--", sys.executable, str(script), str(calls))
+    assert failed.returncode == 1 and "the tool is down" in failed.stderr
+    Path(f"{calls}.go").touch()
+    done = agentbox_proc("run", "--", sys.executable, str(script), str(calls))
+    assert done.returncode == 0, done.stderr
+    [(key, attempt)] = [tuple(line.split()) for line in calls.read_text().splitlines()]
+    store = open_inbox()
+    assert key.startswith(store.instance_id()) and attempt == "1"
+    assert store.state().value() == {"plan": {"plan": "book", "n": 1}}
+    step = store.step("event-1/model")
+    assert step is not None and json.loads(step.output or b"") == {"n": 1, "plan": "book"}
