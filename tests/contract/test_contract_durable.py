@@ -173,3 +173,23 @@ def test_finished_steps_are_pruned_with_keep_done_and_may_run_again(backend: Sto
     later = T0 + DAY + 2
     assert backend.acquire("B", later + TTL, TTL) == 2
     assert backend.begin_step("B", 2, "done", later + TTL, "at-least-once").action == "run"
+
+
+def test_a_backup_keeps_the_state_and_the_journal(backend: Store, tmp_path) -> None:
+    from agentbox.location import open_store
+    from agentbox.upkeep import backup
+
+    gen, ids = _claimed(backend, "A", T0)
+    assert backend.finish("A", gen, T0, ids, parse('{"state": {"n": 1}}'))
+    assert backend.acquire("B", T0 + TTL + 1, TTL) == gen + 1
+    backend.begin_step("B", gen + 1, "k", T0 + TTL + 1, "at-least-once")
+    backend.end_step("k", gen + 1, 1, Outcome("done", 0, b"\x00out", None), T0 + TTL + 1)
+    dest = tmp_path / "copy.sqlite3"
+    backup(backend, str(dest))
+    copy = open_store(str(dest), "alice", create=False)
+    try:
+        assert copy.state_history() == backend.state_history()
+        assert copy.steps() == backend.steps()
+        assert copy.history("step", "k") == backend.history("step", "k")
+    finally:
+        copy.close()

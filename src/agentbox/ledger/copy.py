@@ -33,6 +33,9 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
                     "tries", "max_tries", "finished_at", "error"), "seq"),
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
+    "state_versions": (("version", "state", "updated_at", "generation", "author"), "version"),
+    "steps": (("key", "status", "attempts", "generation", "started_at", "finished_at",
+               "exit_code", "output", "error"), "key"),
 }
 
 
