@@ -99,7 +99,7 @@ class Batch:
                    events=tuple(Event(**event) for event in doc["events"]),
                    state=doc.get("state", {}), state_version=doc.get("state_version", 0))
 
-    def step(self, key: str, fn: Callable[[StepTry], T]) -> T:
+    def step(self, key: str, fn: Callable[[StepTry], T], mode: str | None = None) -> T:
         """Run ``fn`` as the journaled step ``key`` of this run, as ``agentbox step`` does.
 
         A ``done`` KEY is not run again: its recorded result comes back. Without
@@ -108,12 +108,15 @@ class Batch:
         ``fn`` gets a :class:`StepTry` (``.key`` is stable for every try of KEY:
         pass it to any API that deduplicates; ``.attempt`` counts tries) and returns
         a JSON value, which is the step's result; raising records the try failed.
-        Only inside ``agentbox run`` (it reads ``AGENTBOX_RUN``).
+        ``mode`` (``at-least-once`` or ``at-most-once``) says what a try that died
+        inside ``fn`` leads to (default: the ``step_mode`` setting). Only inside
+        ``agentbox run`` (it reads ``AGENTBOX_RUN``).
         """
+        from agentbox.rules.steps import check_mode
         from agentbox.steprun import journaled
 
         run, store, policy = _run_context()
-        ran = journaled(store, run, key, policy.step_mode,
+        ran = journaled(store, run, key, policy.step_mode if mode is None else check_mode(mode),
                         lambda attempt: _result(fn(attempt), policy.max_step_output),
                         clock.now)
         if ran.error is not None:

@@ -264,7 +264,7 @@ def agent(batch: Batch) -> Reply:
         with open(calls, "a") as f:
             f.write(f"{attempt.key} {attempt.attempt}\n")
         return {"plan": "book", "n": len(batch.events)}
-    plan = batch.step(f"event-{batch.events[0].id}/model", work)
+    plan = batch.step(f"event-{batch.events[0].id}/model", work, mode="at-most-once")
     if not os.path.exists(calls + ".go"):
         raise RuntimeError("the tool is down")
     return Reply(messages=[plan["plan"]], state={"plan": plan})
