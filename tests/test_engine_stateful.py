@@ -1,4 +1,4 @@
-"""Random sequences of ingest, acquire, claim, finish, fail, crash, clock and replay.
+"""Random sequences of ingest, acquire, claim, finish, fail, crash, clock, replay and steps.
 
 A small model of rules 1-4 runs beside a real store, on SQLite and on
 PostgreSQL (a new inbox per example, in one schema per run); after every
@@ -9,7 +9,11 @@ step the store must agree with the model, and the invariants below must hold:
 - a finish or fail from a stale generation never succeeds, nor changes a byte;
 - lease generations never decrease; attempts never exceed max_attempts;
 - every event is in exactly one state and none is lost;
-- a done event is never claimed again; the kept counts match a real count.
+- a done event is never claimed again; the kept counts match a real count;
+- each finish that counted writes one version of the agent's state (its patch merged),
+  and nothing else does: a refused finish, a failed run, a malformed (oversized) state;
+- a step starts only under the lease, a done step never runs again, and one that died
+  inside runs again as the next attempt (or is parked, at-most-once).
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from hypothesis.stateful import (
 from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
+from agentbox.rules.answer import Answer
 from agentbox.rules.keys import RESERVED_SOURCES
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import EVENT_STATES
+from agentbox.rules.state import Change
+from agentbox.rules.steps import Outcome
 from support import postgres
 from support.clock import T0
 from support.sqlite import dump, real_counts, sqlite_store
@@ -47,6 +54,8 @@ WORKERS = ("A", "B")
 KEYS = (("hook", "1"), ("hook", "2"), ("hook", "3"), ("chat", "1"), ("chat", "2"),
         ("chat", "3"), ("chat", "4"), ("timer", "t@1"))
 PAYLOADS = ('{"v":1}', '{"v":2}', '{"a":[1,2],"b":null}')
+STEP_KEYS = ("s1", "s2", "s3")
+STEP_MODES = ("at-least-once", "at-most-once")
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,9 @@ class EngineMachine(RuleBasedStateMachine):
         self.restarts = 0
         self.highest_generation = 0
         self.ever_done: set[int] = set()
+        self.finishes = 0  # finishes that counted: the state's version
+        self.state: dict[str, Any] = {}
+        self.steps: dict[str, tuple[str, int]] = {}  # key -> (status, attempts)
 
     def open_store(self) -> Store:
         self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
@@ -137,11 +149,16 @@ class EngineMachine(RuleBasedStateMachine):
         """Finish ``ids`` under the worker's claim; a refusal must change nothing."""
         expected = self.fenced(w, ids)
         before = None if expected else self.dump()
-        got = self.store.finish(w.holder, w.claim_generation, self.now, ids)
+        patch = {w.holder[0]: self.finishes + 1, "drop": None}
+        got = self.store.finish(w.holder, w.claim_generation, self.now, ids,
+                                Answer(state=Change(patch=patch)), self.policy)
         assert got == expected
         assert not (got and self.stale(w)), "a stale generation finished"
         if not got:
             assert self.dump() == before
+        else:
+            self.finishes += 1
+            self.state = {**self.state, w.holder[0]: self.finishes}
         return got
 
     # -- rules -------------------------------------------------------------------
@@ -153,7 +170,8 @@ class EngineMachine(RuleBasedStateMachine):
               backlog: list[tuple[str, str]]) -> None:
         """A policy, and a few events already waiting so runs have work from the start."""
         self.policy = Policy(lease_ttl=MACHINE_TTL, max_attempts=max_attempts,
-                             max_batch=max_batch, retry_backoff=backoff, backoff_cap=20)
+                             max_batch=max_batch, retry_backoff=backoff, backoff_cap=20,
+                             max_state=200, keep_state_versions=3)
         for key in backlog:
             self.ingest(key, PAYLOADS[0])
 
@@ -277,6 +295,48 @@ class EngineMachine(RuleBasedStateMachine):
         w.claimed = []
 
     @rule(name=st.sampled_from(WORKERS))
+    def finish_oversized(self, name: str) -> None:
+        """An answer whose state is over max_state: refused whole, fenced or not."""
+        w = self.workers[name]
+        before = self.dump()
+        answer = Answer(state=Change(replace={"x": "y" * self.policy.max_state}))
+        if self.fenced(w, w.claimed):
+            with pytest.raises(BadInput, match="max_state"):
+                self.store.finish(w.holder, w.claim_generation, self.now, w.claimed, answer,
+                                  self.policy)
+        else:
+            assert not self.store.finish(w.holder, w.claim_generation, self.now, w.claimed,
+                                         answer, self.policy)
+        assert self.dump() == before
+
+    @rule(name=st.sampled_from(WORKERS), key=st.sampled_from(STEP_KEYS),
+          mode=st.sampled_from(STEP_MODES), end=st.sampled_from(["done", "failed", "crash"]))
+    def step(self, name: str, key: str, mode: str, end: str) -> None:
+        """One try of a step by this worker: fenced, memo, parked, or run and ended
+        (``crash``: the process died inside the step, nothing recorded its end)."""
+        w = self.workers[name]
+        generation = w.generation or 0
+        begun = self.store.begin_step(w.holder, generation, key, self.now, mode)
+        status, attempts = self.steps.get(key, (None, 0))
+        if not self.holds(w.holder, generation):
+            assert begun.action == "fenced"
+            return
+        if status == "done":
+            assert (begun.action, begun.output) == ("memo", key.encode())
+            return
+        if status == "uncertain" or (status == "started" and mode == "at-most-once"):
+            assert begun.action == "uncertain"
+            self.steps[key] = ("uncertain", attempts)
+            return
+        assert (begun.action, begun.attempt) == ("run", attempts + 1)
+        self.steps[key] = ("started", attempts + 1)
+        if end != "crash":
+            outcome = (Outcome("done", 0, key.encode(), None) if end == "done"
+                       else Outcome("failed", 2, None, "exit 2"))
+            assert self.store.end_step(key, generation, attempts + 1, outcome, self.now)
+            self.steps[key] = (end, attempts + 1)
+
+    @rule(name=st.sampled_from(WORKERS))
     def crash(self, name: str) -> None:
         """The process just stops; its replacement has a new holder name."""
         self.restarts += 1
@@ -334,6 +394,15 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def done_stays_done(self) -> None:
         assert all(self.rows[i].status == "done" for i in self.ever_done)
+
+    @invariant()
+    def state_version_counts_the_finishes_that_counted(self) -> None:
+        state = self.store.state()
+        assert (state.version, state.value()) == (self.finishes, self.state)
+
+    @invariant()
+    def the_journal_matches_the_model(self) -> None:
+        assert {s.key: (s.status, s.attempts) for s in self.store.steps()} == self.steps
 
 
 class PostgresMachine(EngineMachine):

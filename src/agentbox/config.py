@@ -76,6 +76,15 @@ def _mode(value: Any) -> str:
     return str(value)
 
 
+def _step_mode(value: Any) -> str:
+    from agentbox.rules.steps import check_mode
+
+    try:
+        return check_mode(str(value))
+    except UsageError as exc:
+        raise BadInput(str(exc)) from None
+
+
 def parse_command(value: Any) -> list[str]:
     if isinstance(value, str):
         try:
@@ -170,6 +179,11 @@ KEYS: dict[str, Key] = {
                                    "refuses a redelivery; 0 forgets it when pruned",
                                    allow_zero=True),
     "auto_prune": Key(_flag, "`run` prunes at most once a day"),
+    "max_state": Key(_count, "largest agent state in bytes (canonical JSON)"),
+    "keep_state_versions": Key(_count, "versions of the agent's state `state history` keeps"),
+    "max_step_output": Key(_count, "bytes of a done step's stdout kept as its result"),
+    "step_mode": Key(_step_mode, "a step that died inside: at-least-once runs it again, "
+                     "at-most-once parks it uncertain"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "

@@ -14,7 +14,10 @@ module does both ends for a Python function::
     if __name__ == "__main__":
         answer.main()
 
-and ``agentbox run -- python3 agent.py`` runs it. Returning ``None`` (or an
+and ``agentbox run -- python3 agent.py`` runs it. ``batch.state`` is the agent's
+state, ``Reply(state=…)`` or ``Reply(state_patch=…)`` writes it with the finish,
+and ``batch.step(KEY, fn)`` runs ``fn`` once as a journaled step
+(docs/durable-runs.md). Returning ``None`` (or an
 empty :class:`Reply`) chooses silence; raising fails the run, so the events
 are retried (the exception's last line reaches the event's history). The
 reply is checked against the same rules ``agentbox run`` applies before it is
@@ -25,14 +28,48 @@ The decorated function stays callable with a :class:`Batch`, for tests.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from agentbox import clock
 from agentbox.jsonutil import loads_strict
+from agentbox.steprun import StepTry
+
+if TYPE_CHECKING:
+    from agentbox.ledger.store import Store
+    from agentbox.rules.policy import Policy
+    from agentbox.rules.steps import Outcome
+    from agentbox.steprun import RunRef
+
+T = TypeVar("T")
+__all__ = ["Approval", "Batch", "Event", "Handler", "Message", "Reply", "StepTry", "Timer",
+           "handler"]
+
+
+@functools.cache
+def _run_context() -> tuple[RunRef, Store, Policy]:
+    """The run this handler process works for, its inbox (opened once, for every step)
+    and the settings its steps follow."""
+    from agentbox import paths
+    from agentbox.config import resolve
+    from agentbox.steprun import current_run, open_run_store
+
+    run = current_run()
+    return run, open_run_store(run), resolve(paths.config_path(), run.user).policy
+
+
+def _result(value: Any, max_output: int) -> Outcome:
+    """A step function's return value as the journal keeps it: canonical JSON."""
+    from agentbox.jsonutil import canonical
+    from agentbox.rules.steps import outcome
+
+    data = canonical(value).encode("utf-8")
+    return outcome(0, data[:max_output], len(data) > max_output, max_output)
 
 
 @dataclass(frozen=True)
@@ -52,12 +89,42 @@ class Batch:
     user: str
     generation: int
     events: tuple[Event, ...]
+    state: dict[str, Any] = field(default_factory=dict)  # the agent's state as it stands
+    state_version: int = 0
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Batch:
         doc = loads_strict(text, "batch")
         return cls(user=doc["user"], generation=doc["generation"],
-                   events=tuple(Event(**event) for event in doc["events"]))
+                   events=tuple(Event(**event) for event in doc["events"]),
+                   state=doc.get("state", {}), state_version=doc.get("state_version", 0))
+
+    def step(self, key: str, fn: Callable[[StepTry], T], mode: str | None = None) -> T:
+        """Run ``fn`` as the journaled step ``key`` of this run, as ``agentbox step`` does.
+
+        A ``done`` KEY is not run again: its recorded result comes back. Without
+        the lease nothing runs (:class:`~agentbox.steprun.Fenced`, which fails the
+        handler); a KEY parked uncertain raises :class:`~agentbox.steprun.Uncertain`.
+        ``fn`` gets a :class:`StepTry` (``.key`` is stable for every try of KEY:
+        pass it to any API that deduplicates; ``.attempt`` counts tries) and returns
+        a JSON value, which is the step's result; raising records the try failed.
+        ``mode`` (``at-least-once`` or ``at-most-once``) says what a try that died
+        inside ``fn`` leads to (default: the ``step_mode`` setting). Only inside
+        ``agentbox run`` (it reads ``AGENTBOX_RUN``).
+        """
+        from agentbox.rules.steps import check_mode
+        from agentbox.steprun import journaled
+
+        run, store, policy = _run_context()
+        ran = journaled(store, run, key, policy.step_mode if mode is None else check_mode(mode),
+                        lambda attempt: _result(fn(attempt), policy.max_step_output),
+                        clock.now)
+        if ran.error is not None:
+            from agentbox.errors import BadInput
+
+            raise BadInput(f"step {key!r}: {ran.error}")
+        result: T = json.loads(ran.output or b"null")
+        return result
 
 
 @dataclass(frozen=True)
@@ -89,6 +156,8 @@ class Reply:
     messages: Sequence[str | Message] = field(default_factory=list)
     approvals: Sequence[Approval] = field(default_factory=list)
     timers: Sequence[Timer] = field(default_factory=list)
+    state: dict[str, Any] | None = None  # the agent's whole new state
+    state_patch: dict[str, Any] | None = None  # or an RFC 7396 merge patch into it
 
     def document(self) -> dict[str, Any]:
         """The reply in the handler protocol's JSON shape."""
@@ -99,6 +168,8 @@ class Reply:
                           for a in self.approvals],
             "timers": [{"name": t.name, "in": t.after, "payload": t.payload or {}}
                        for t in self.timers],
+            **({} if self.state is None else {"state": self.state}),
+            **({} if self.state_patch is None else {"state_patch": self.state_patch}),
         }
 
     def to_json(self) -> str:

@@ -47,6 +47,7 @@ class PruneReport:
         return {"dry_run": self.dry_run, "complete": self.complete, "events": c.events,
                 "messages": c.messages, "dispatches": c.dispatches,
                 "keys_forgotten": c.keys_forgotten, "timer_history": c.timer_history,
+                "steps": c.steps,
                 "done_before": self.cutoffs.done_before,
                 "sent_before": self.cutoffs.sent_before,
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
@@ -55,7 +56,8 @@ class PruneReport:
         c = self.counts
         verb = "would prune" if self.dry_run else "pruned"
         text = (f"{verb} {c.events} done event(s), {c.messages} sent message(s), "
-                f"{c.dispatches} dispatch(es), {c.timer_history} timer history line(s); "
+                f"{c.dispatches} dispatch(es), {c.timer_history} timer history line(s)"
+                f"{f', {c.steps} finished step(s)' if c.steps else ''}; "
                 f"{'would forget' if self.dry_run else 'forgot'} {c.keys_forgotten} "
                 "key(s) past the dedupe window")
         if not self.dry_run:

@@ -36,6 +36,7 @@ from agentbox.rules.answer import Answer, parse
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
+from agentbox.rules.state import INITIAL, Version
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
@@ -159,19 +160,27 @@ class Batch:
     generation: int
     keys: Mapping[int, str]  # each event's idempotency key, by id (Core.event_keys)
     events: tuple[Event, ...]
+    holder: str = ""
+    state: Version = INITIAL
 
     def document(self) -> bytes:
-        """The handler's stdin: {"user", "generation", "events": [...]}."""
+        """The handler's stdin: {"user", "generation", "events": [...], "state",
+        "state_version"}."""
         doc = {"user": self.user, "generation": self.generation, "events": [
             {"id": e.id, "source": e.source, "source_id": e.source_id,
              "payload": stored_value(e.payload), "attempt": e.attempts,
-             "idempotency_key": self.keys[e.id]} for e in self.events]}
+             "idempotency_key": self.keys[e.id]} for e in self.events],
+            "state": self.state.value(), "state_version": self.state.version}
         return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 
     def env(self) -> dict[str, str]:
-        """What the handler's environment adds to agentbox's own."""
+        """What the handler's environment adds to agentbox's own; ``AGENTBOX_RUN`` names
+        the run for ``agentbox step`` (see :func:`agentbox.steprun.current_run`)."""
+        from agentbox.steprun import run_env
+
         return {"AGENTBOX_USER": self.user, "AGENTBOX_DB": self.db,
-                "AGENTBOX_GENERATION": str(self.generation)}
+                "AGENTBOX_GENERATION": str(self.generation),
+                "AGENTBOX_RUN": run_env(self.db, self.user, self.holder, self.generation)}
 
 
 @dataclass(frozen=True)
@@ -303,7 +312,8 @@ class Worker:
     def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
         ids = [e.id for e in events]
         batch = Batch(self.user, self.db, generation,
-                      self.store.event_keys([e.id for e in events]), tuple(events))
+                      self.store.event_keys([e.id for e in events]), tuple(events),
+                      self.holder, self.store.state())
         try:
             with self.stop.interruptible():
                 outcome = self.handler.handle(batch, lambda: self._renew(generation),
@@ -324,7 +334,8 @@ class Worker:
     def _finish(self, generation: int, ids: list[int], fired: int,
                 answer: Answer) -> RunReport:
         try:
-            recorded = self.store.finish(self.holder, generation, self.clock(), ids, answer)
+            recorded = self.store.finish(self.holder, generation, self.clock(), ids, answer,
+                                         self.policy)
         except (BadInput, NotAsAsked) as exc:
             return self._fail(generation, ids, fired,
                               f"handler answer could not be applied: {exc}")

@@ -143,3 +143,32 @@ def test_the_documented_examples_type_check(tmp_path: Path) -> None:
             tmp_path.glob("example_*.py")))], capture_output=True, text=True,
         env={**proc_env(tmp_path), "MYPYPATH": str(src)}, timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_batch_carries_the_state_and_a_reply_writes_it() -> None:
+    from agentbox.rules.answer import parse
+    from agentbox.rules.state import Change
+
+    doc = {"user": "alice", "generation": 3, "events": [], "state": {"n": 1},
+           "state_version": 4}
+    batch = Batch.from_json(json.dumps(doc))
+    assert (batch.state, batch.state_version) == ({"n": 1}, 4)
+    patched = parse(Reply(state_patch={"n": None, "m": 2}).to_json())
+    assert patched.state == Change(patch={"n": None, "m": 2})
+    assert parse(Reply(state={"a": [1]}).to_json()).state == Change(replace={"a": [1]})
+    assert parse(Reply().to_json()).state is None
+    with pytest.raises(BadInput, match="both"):
+        Reply(state={}, state_patch={}).to_json()
+
+
+def test_batch_step_outside_a_run_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbox.errors import UsageError
+    from agentbox.handler import _run_context
+
+    monkeypatch.delenv("AGENTBOX_RUN", raising=False)
+    _run_context.cache_clear()
+    batch = Batch(user="alice", generation=1, events=())
+    called: list[object] = []
+    with pytest.raises(UsageError, match="inside a run only"):
+        batch.step("k", called.append)
+    assert called == []

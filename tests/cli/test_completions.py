@@ -115,7 +115,8 @@ CHOICES = {
     "mode-prefix": (["dispatch", "--mode", "at-m"], ["at-most-once"]),
     "answer": (["approve", "answer", "deploy-1", ""], ["no", "yes"]),
     "config-get": (["config", "get", "max_"],
-                   ["max_attempts", "max_batch", "max_payload", "max_send_tries"]),
+                   ["max_attempts", "max_batch", "max_payload", "max_send_tries", "max_state",
+                    "max_step_output"]),
     "config-set": (["config", "set", "deliv"], ["delivery"]),
     "config-unset": (["config", "unset", "send"], ["send_timeout", "sender"]),
 }

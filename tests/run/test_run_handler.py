@@ -50,7 +50,8 @@ def test_one_run_hands_the_batch_and_records_the_answer(cli, handler, tmp_path, 
     instance = store.instance_id()
     assert batch == {"user": "alice", "generation": 1, "events": [
         {"id": i, "source": "chat", "source_id": f"m{i}", "payload": {"text": "hi"},
-         "attempt": 1, "idempotency_key": idempotency_key(instance, i)} for i in (1, 2)]}
+         "attempt": 1, "idempotency_key": idempotency_key(instance, i)} for i in (1, 2)],
+        "state": {}, "state_version": 0}
     assert env["AGENTBOX_USER"] == "alice"
     assert env["AGENTBOX_GENERATION"] == "1"
     assert env["AGENTBOX_DB"] == (store.location if is_url(store.location)

@@ -213,6 +213,11 @@ class Session:
         shim = tools / "agentbox"
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m agentbox "$@"\n')
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+        # python3 is the interpreter agentbox is installed in, as it is for a reader
+        # who installed it: a handler written in Python imports agentbox.handler.
+        python = tools / "python3"
+        python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        python.chmod(python.stat().st_mode | stat.S_IXUSR)
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("AGENTBOX_") and k not in ("COLUMNS", "LINES")}
         self.env.update(PATH=f"{tools}{os.pathsep}{os.environ['PATH']}",

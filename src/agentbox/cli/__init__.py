@@ -222,11 +222,12 @@ def main() -> None:
 
 
 # Commands whose process has nothing left to do once they return: `ingest` runs
-# once per webhook delivery, and the interpreter's teardown (freeing every module
-# and object one by one) is about a tenth of its life. By the time run() returns,
-# its one durable commit is made and its inbox closed (the root callback closes
-# the session), so only the output remains to be flushed.
-_ENDS_AT_ONCE = frozenset({"ingest"})
+# once per webhook delivery and `step` once per step of a handler, and the
+# interpreter's teardown (freeing every module and object one by one) is about a
+# tenth of their life. By the time run() returns, their durable commits are made
+# and their inbox closed (the root callback closes the session; `step` its own
+# store), so only the output remains to be flushed.
+_ENDS_AT_ONCE = frozenset({"ingest", "step"})
 
 
 def _end_now(code: int) -> NoReturn:

@@ -7,8 +7,11 @@ of its speed.
 """
 
 
+import contextlib
 import os
-from typing import Annotated, Optional
+import sys
+from collections.abc import Iterator
+from typing import IO, Annotated, Optional
 
 import typer
 
@@ -24,6 +27,9 @@ COMMANDS: dict[str, str] = {
     "console": "console_cmd",
     "run": "run_cmd",
     "dispatch": "dispatch_cmds",
+    "step": "step_cmd",
+    "state": "durable_cmds",
+    "steps": "durable_cmds",
     "status": "inbox_cmds",
     "events": "events_cmds",
     "dead": "inbox_cmds",
@@ -94,6 +100,22 @@ def root(
         session.user  # noqa: B018
     ctx.obj = session
     ctx.call_on_close(session.close)
+
+
+@contextlib.contextmanager
+def open_source(name: str) -> Iterator[IO[bytes]]:
+    """A file opened for reading bytes, or stdin for '-' (``--payload-file``, ``--file``)."""
+    from agentbox.errors import BadInput
+
+    if name == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    with fh:
+        yield fh
 
 
 def session(ctx: typer.Context) -> Session:

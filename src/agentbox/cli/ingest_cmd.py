@@ -1,40 +1,22 @@
 """ingest: the command a webhook receiver starts once per delivery, in a module of its
 own so that starting it loads nothing the other inbox commands need."""
 
-import contextlib
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from agentbox.cli.app import JsonFlag, app, session
+from agentbox.cli.app import JsonFlag, app, open_source, session
 from agentbox.errors import Exit
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from agentbox.jsonl import IngestReport
     from agentbox.rules.records import IngestResult
     from agentbox.signatures import Check
 
 _OUTCOME_EXIT = {"stored": Exit.OK, "duplicate": Exit.OK, "conflict": Exit.NOT_AS_ASKED}
-
-
-@contextlib.contextmanager
-def _open_source(name: str) -> "Iterator[IO[bytes]]":
-    """A file opened for reading bytes, or stdin for '-'."""
-    from agentbox.errors import BadInput
-
-    if name == "-":
-        yield sys.stdin.buffer
-        return
-    try:
-        fh = open(name, "rb")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise BadInput(f"cannot read {name}: {exc.strerror or exc}") from None
-    with fh:
-        yield fh
 
 
 def _signature_check(signature: str | None, secret_env: str | None, now: int) -> "Check | None":
@@ -166,7 +148,7 @@ def ingest(
     from agentbox import delivery, render
 
     if jsonl is not None:
-        with _open_source(jsonl) as stream:
+        with open_source(jsonl) as stream:
             report = delivery.accept_lines(sess.store, stream, max_payload=max_payload,
                                            now=now, check=check)
         _report_lines(report, as_json)
@@ -175,7 +157,7 @@ def ingest(
     if payload is not None:
         body = payload.encode("utf-8", "surrogateescape")
     elif payload_file is not None:
-        with _open_source(payload_file) as stream:
+        with open_source(payload_file) as stream:
             body = delivery.read_bounded(stream, max_payload)
     else:
         body = b"{}"

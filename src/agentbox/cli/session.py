@@ -28,6 +28,7 @@ READ_ONLY = frozenset({
     "status", "dead", "dead list", "dead show", "events", "events list", "events show",
     "outbox", "outbox list", "schedule list", "approve list", "inboxes", "metrics", "doctor",
     "export", "rehearse",
+    "state", "state show", "state history", "steps", "steps list", "steps show",
 })
 # Commands that act on an existing inbox and have nothing to do without one.
 NEEDS_INBOX = frozenset({"backup", "prune"})

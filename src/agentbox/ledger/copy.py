@@ -35,6 +35,9 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
     "epochs": (("epoch", "prefix", "first_event", "started_at"), "epoch"),
+    "state_versions": (("version", "state", "updated_at", "generation", "author"), "version"),
+    "steps": (("key", "status", "attempts", "generation", "started_at", "finished_at",
+               "exit_code", "output", "error"), "key"),
 }
 
 

@@ -43,7 +43,9 @@ def _rows_of() -> dict[str, str]:
                        AND finished_at < :dispatch_before""",
         forgotten="FROM pruned_keys WHERE inbox_id = :box AND until <= :now",
         timer_history="""FROM history WHERE inbox_id = :box AND subject = 'timer'
-                         AND at < :done_before""")
+                         AND at < :done_before""",
+        steps="""FROM steps WHERE inbox_id = :box AND status IN ('done', 'failed')
+                 AND finished_at < :done_before""")
 
 
 FLOORS = {"events": "event_floor", "outbox": "message_floor"}
@@ -112,6 +114,11 @@ def _dispatches(tx: Tx, cut: Cutoffs, limit: int) -> int:
     return _rows(tx, cut, limit, "dispatches", "key", "seq", "dispatches", "dispatch")
 
 
+def _steps(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """Finished steps past ``keep_done``: after that their KEY may run again."""
+    return _rows(tx, cut, limit, "steps", "key", "finished_at", "steps", "step")
+
+
 def _forgotten(tx: Tx, cut: Cutoffs, limit: int) -> int:
     """Keys past the dedupe window: from now on they may be stored again."""
     return len(tx.rows(
@@ -129,7 +136,7 @@ def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
 
 
 _KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
-    _events, _sent, _dispatches, _forgotten, _timer_history)
+    _events, _sent, _dispatches, _forgotten, _timer_history, _steps)
 
 
 class Prune(Core):
@@ -150,7 +157,8 @@ class Prune(Core):
         that :mod:`agentbox.rules.retention` lets go, oldest first: done events
         (their keys and payload digests remembered until ``cut.remembered_until``),
         then sent messages, settled dispatches, remembered keys past the window,
-        and timer history. A total below ``limit`` means nothing is left.
+        timer history, and finished steps (after which their KEY may run again). A
+        total below ``limit`` means nothing is left.
 
         While a key is remembered, ingesting it again is ``duplicate`` (same
         digest) or ``conflict`` (another), with the pruned event's id, and

@@ -181,16 +181,17 @@ class Runs(Core):
             return sorted((event_of(row) for row in claimed), key=lambda e: e.id)
 
     def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
-               answer: Answer | None = None) -> bool:
+               answer: Answer | None = None, policy: Policy | None = None) -> bool:
         """Mark a run's events done and write everything its answer asks for, in one
         fenced transaction: a stale worker's finish changes nothing, and a finished
         event can never lose its reply or have one queued twice. False (and nothing
         written) when the lease or any event is no longer this run's; a bad answer
-        raises and writes nothing."""
+        raises and writes nothing. ``policy`` bounds the state (default: the defaults)."""
 
         from agentbox.ledger.approvals import request_in
         from agentbox.ledger.links import check_links_in
         from agentbox.ledger.outbox import queue_in
+        from agentbox.ledger.state import change_in
         from agentbox.ledger.timers import add_in
         from agentbox.rules.answer import Answer
 
@@ -212,6 +213,7 @@ class Runs(Core):
                 check_links_in(tx, answer, now)
             for follow_up in answer.timers:
                 add_in(tx, follow_up.to_timer(now), now, replace=True)
+            change_in(tx, answer.state, now, generation, policy)
             return True
 
     def fail(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,

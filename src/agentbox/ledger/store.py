@@ -2,7 +2,8 @@
 
 Every command, the worker, the dispatcher, the pool, the scenario runner and
 the tests speak to :class:`Store`. Its operations come from the ledger's
-parts (inbox, lease, runs, timers, approvals, outbox, prune, traffic), each part one
+parts (inbox, lease, runs, timers, approvals, links, outbox, prune, traffic, state,
+steps), each part one
 module, each operation one method there: the transaction it runs, the rules
 of :mod:`agentbox.rules` it applies, the history it records. The engine
 underneath (:mod:`agentbox.ledger.engine`) only stores, locks and queries,
@@ -26,7 +27,9 @@ from agentbox.ledger.links import Links
 from agentbox.ledger.outbox import Outbox
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
+from agentbox.ledger.state import State
 from agentbox.ledger.status import Status, Vitals
+from agentbox.ledger.steps import Steps
 from agentbox.ledger.timers import Timers, next_due
 from agentbox.ledger.traffic import Traffic
 
@@ -47,8 +50,8 @@ FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
 class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune,
-            Canonicalise):
-    """One user's inbox: events, lease, runs, timers, approvals and outbox."""
+            Canonicalise, State, Steps):
+    """One user's inbox: events, lease, runs, timers, approvals, outbox, state and steps."""
 
     def __enter__(self) -> Store:
         return self

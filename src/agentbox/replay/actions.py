@@ -59,6 +59,7 @@ class Replay:
     workers: dict[str, WorkerState] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)        # dispatch key -> K1, K2, …
     channel: list[tuple[str, str]] = field(default_factory=list)  # (label, body) received
+    effects: list[str] = field(default_factory=list)  # keys of the steps whose work ran
 
     def worker(self, name: str) -> WorkerState:
         """A file's worker name maps to a holder id of its own, never reused."""
@@ -110,7 +111,7 @@ def do_finish(replay: Replay, args: Mapping[str, Any]) -> bool:
     """Finish what the worker last claimed, under the generation it claimed with."""
     worker, generation = replay.claimant(args["worker"])
     return replay.store.finish(worker.holder, generation, replay.now, worker.claimed,
-                               args["answer"])
+                               args["answer"], replay.policy)
 
 
 def do_fail(replay: Replay, args: Mapping[str, Any]) -> bool:
@@ -163,6 +164,49 @@ def _source_id(replay: Replay, event_id: int) -> str:
     event = replay.store.event(event_id)
     assert event is not None
     return event.source_id
+
+
+class _DiedInside(BaseException):
+    """A step's process killed inside its work: nothing records how the try ended."""
+
+
+def do_step(replay: Replay, args: Mapping[str, Any]) -> str:
+    """One journaled step by a worker, through the library ``agentbox step`` uses: the
+    fence and the memo, then its work (recorded as an effect), then its end. ``end``
+    says how the work ends: done, failed, or the process died inside it (``crash``)."""
+    from agentbox.rules.steps import Outcome
+    from agentbox.steprun import Fenced, RunRef, Uncertain, journaled
+
+    worker, generation = replay.leased(args["worker"])
+    run = RunRef(replay.store.location, "scenario", worker.holder, generation)
+
+    def work(attempt: Any) -> Outcome:
+        replay.effects.append(args["key"])
+        if args["end"] == "crash":
+            raise _DiedInside
+        if args["end"] == "failed":
+            return Outcome("failed", 1, None, "exit 1")
+        return Outcome("done", 0, b"", None)
+
+    try:
+        ran = journaled(replay.store, run, args["key"], args["mode"] or replay.policy.step_mode,
+                        work, lambda: replay.now)
+    except Fenced:
+        return "fenced"
+    except Uncertain:
+        return "uncertain"
+    except _DiedInside:
+        return "died"
+    return ran.action if ran.exit_code == 0 else "failed"
+
+
+def do_effects(replay: Replay, args: Mapping[str, Any]) -> list[str]:
+    return list(replay.effects)
+
+
+def do_state(replay: Replay, args: Mapping[str, Any]) -> list[Any]:
+    state = replay.store.state()
+    return [state.version, state.value()]
 
 
 def do_advance(replay: Replay, args: Mapping[str, Any]) -> None:

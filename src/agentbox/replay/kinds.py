@@ -21,6 +21,7 @@ from agentbox.replay.actions import (
     do_count,
     do_crash,
     do_dispatch,
+    do_effects,
     do_event,
     do_fail,
     do_finish,
@@ -36,6 +37,8 @@ from agentbox.replay.actions import (
     do_run,
     do_sends,
     do_set_clock,
+    do_state,
+    do_step,
     do_tick,
 )
 from agentbox.replay.fields import (
@@ -62,6 +65,7 @@ from agentbox.replay.fields import (
 )
 from agentbox.rules.answer import parse as parse_answer
 from agentbox.rules.records import CATCH_UP_MODES, DELIVERY_MODES, EVENT_STATES, OUTBOX_STATES
+from agentbox.rules.steps import STEP_MODES
 
 COUNTABLE = ("events", *(f"events.{s}" for s in EVENT_STATES),
              "outbox", *(f"outbox.{s}" for s in OUTBOX_STATES))
@@ -78,8 +82,10 @@ def _batch_shape(observed: Any, expect: Any) -> Any:
 
 
 def _answer_fields(args: dict[str, Any]) -> None:
-    """A finish carries the handler's answer: messages, approvals, timers."""
+    """A finish carries the handler's answer: messages, approvals, timers, state."""
     doc = {k: args.pop(k) for k in ("messages", "approvals", "timers") if args.get(k) is not None}
+    doc.update({k: json.loads(args.pop(k)) for k in ("state", "state_patch")
+                if args.get(k) is not None})
     try:
         args["answer"] = parse_answer(json.dumps(doc))
     except BadInput as exc:
@@ -118,7 +124,8 @@ class Kind:
 
 _WORKER = {"worker": text}
 _ANSWER: dict[str, tuple[Check, Any]] = {
-    "messages": (toml_list, None), "approvals": (toml_list, None), "timers": (toml_list, None)}
+    "messages": (toml_list, None), "approvals": (toml_list, None), "timers": (toml_list, None),
+    "state": (json_object, None), "state_patch": (json_object, None)}
 
 KINDS: dict[str, Kind] = {
     "ingest": Kind(
@@ -198,6 +205,17 @@ KINDS: dict[str, Kind] = {
     "sends": Kind(do_sends,
                   lambda args: "dispatch keys so far" if args["keys"] else "sends so far",
                   {}, {"keys": (flag, False)}, Expect(is_strings, "a list of strings")),
+    "step": Kind(do_step, lambda args: f"{args['worker']} steps {args['key']}",
+                 {"worker": text, "key": text},
+                 {"end": (choice("done", "failed", "crash"), "done"),
+                  "mode": (choice(*STEP_MODES), None)},
+                 Expect(one_of("ran", "memo", "fenced", "uncertain", "failed", "died"),
+                        "ran, memo, fenced, uncertain, failed or died")),
+    "effects": Kind(do_effects, lambda args: "steps whose work ran", expect=Expect(
+        is_strings, "a list of step keys")),
+    "state": Kind(do_state, lambda args: "state: version, value", expect=Expect(
+        lambda v: isinstance(v, list) and len(v) == 2 and is_int(v[0])
+        and isinstance(v[1], dict), "[version, {state}]")),
     "lease": Kind(do_lease, lambda args: "lease holder, generation",
                   expect=Expect(lambda v: is_pair(v) or v == "none",
                                 "[worker, generation] or \"none\"")),

@@ -1,4 +1,4 @@
-"""What a run asks for: messages, approval requests and follow-up timers.
+"""What a run asks for: messages, approval requests, follow-up timers and its state.
 
 A handler answers with one JSON document; :func:`parse` turns it into an
 :class:`Answer` or refuses it whole, so a malformed answer never half-applies.
@@ -15,6 +15,7 @@ from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
 from agentbox.rules.approvals import check_request_id
+from agentbox.rules.state import Change
 from agentbox.rules.timers import TimerSpec, check_spec
 
 
@@ -51,6 +52,7 @@ class Answer:
     messages: tuple[Message, ...] = ()
     approvals: tuple[ApprovalRequest, ...] = ()
     timers: tuple[FollowUp, ...] = ()
+    state: Change | None = None  # the agent's new state, or a merge patch into it
 
 
 def _text(value: Any, what: str) -> str:
@@ -125,6 +127,23 @@ def _list(doc: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
+STATE_KEYS = {"state", "state_patch"}
+
+
+def _state(doc: dict[str, Any]) -> Change | None:
+    """``state`` (the whole new object) or ``state_patch`` (RFC 7396), never both."""
+    if "state" in doc and "state_patch" in doc:
+        raise BadInput("the answer carries both state and state_patch; send one")
+    for key in ("state", "state_patch"):
+        if key in doc:
+            value = doc[key]
+            if not isinstance(value, dict):
+                raise BadInput(f"{key} must be an object, not {type_name(value)}")
+            canonical_object(value, key)  # nesting and strictness, checked before the finish
+            return Change(replace=value) if key == "state" else Change(patch=value)
+    return None
+
+
 def parse(text: str | bytes) -> Answer:
     """A handler's stdout as an Answer; empty output means the run chose silence."""
     if not text.strip():
@@ -132,9 +151,10 @@ def parse(text: str | bytes) -> Answer:
     doc = loads_strict(text, "the answer")
     if not isinstance(doc, dict):
         raise BadInput(f"the answer must be a JSON object, not {type_name(doc)}")
-    _known_keys(doc, "the answer", {"messages", "approvals", "timers"})
+    _known_keys(doc, "the answer", {"messages", "approvals", "timers", *STATE_KEYS})
     return Answer(
         messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
         approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),
         timers=tuple(_timer(t, n) for n, t in enumerate(_list(doc, "timers"))),
+        state=_state(doc),
     )

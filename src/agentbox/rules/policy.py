@@ -29,6 +29,10 @@ class Policy(NamedTuple):
     keep_sent: int = 30 * DAY     # prune sent messages and settled dispatches older than this
     dedupe_window: int = 90 * DAY  # a pruned event's key is remembered this long after it came
     auto_prune: bool = True       # `run` prunes at most once a day
+    max_state: int = 1024 * 1024  # bytes of the agent's state, canonical JSON
+    keep_state_versions: int = 20  # versions of the state `state history` keeps
+    max_step_output: int = 1024 * 1024  # bytes of a done step's stdout kept as its result
+    step_mode: str = "at-least-once"  # a step that died inside: run again, or park uncertain
 
     def backoff(self, attempts: int) -> int:
         """Seconds a row waits before its next attempt, after ``attempts`` tries."""

@@ -32,6 +32,7 @@ class PruneCounts(NamedTuple):
     dispatches: int = 0      # settled dispatches, with their history
     keys_forgotten: int = 0  # remembered keys of pruned events past the dedupe window
     timer_history: int = 0   # timer history lines older than keep_done
+    steps: int = 0           # done and failed steps finished before keep_done
 
     def plus(self, other: PruneCounts) -> PruneCounts:
         return PruneCounts(*(a + b for a, b in zip(self, other, strict=True)))

@@ -255,5 +255,37 @@ _V3: tuple[str, ...] = (
        PRIMARY KEY (inbox_id, epoch))""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# Version 4: durable runs. The agent's state, one row per version (the newest is
+# the state; older ones are its history, trimmed to keep_state_versions), and
+# the journal of steps, one row per KEY.
+_V4: tuple[str, ...] = (
+    """
+CREATE TABLE state_versions (
+    inbox_id integer NOT NULL,
+    version bigint NOT NULL,                    -- 1, 2, ...; version 0 is {} and has no row
+    state text NOT NULL,                        -- canonical JSON object
+    updated_at bigint NOT NULL,
+    generation bigint,                          -- the lease generation that wrote it
+    author text NOT NULL,                       -- run | operator
+    PRIMARY KEY (inbox_id, version)
+)""",
+    """
+CREATE TABLE steps (
+    inbox_id integer NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    status text COLLATE "C" NOT NULL
+        CHECK (status IN ('started', 'done', 'failed', 'uncertain')),
+    attempts bigint NOT NULL,                   -- tries started
+    generation bigint NOT NULL,                 -- the lease generation of the last try
+    started_at bigint NOT NULL,
+    finished_at bigint,
+    exit_code bigint,
+    output bytea,                               -- a done step's stdout
+    error text,
+    PRIMARY KEY (inbox_id, key)
+)""",
+    "CREATE INDEX steps_by_status ON steps (inbox_id, status, finished_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)

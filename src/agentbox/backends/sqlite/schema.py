@@ -283,5 +283,36 @@ CREATE TABLE epochs (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Version 11: durable runs. The agent's state, one row per version (the newest is
+# the state; older ones are its history, trimmed to keep_state_versions), and
+# the journal of steps, one row per KEY.
+_V11 = """
+CREATE TABLE state_versions (
+    inbox_id INTEGER NOT NULL,
+    version INTEGER NOT NULL,            -- 1, 2, ...; version 0 is {} and has no row
+    state TEXT NOT NULL,                 -- canonical JSON object
+    updated_at INTEGER NOT NULL,
+    generation INTEGER,                  -- the lease generation that wrote it
+    author TEXT NOT NULL,                -- run | operator
+    PRIMARY KEY (inbox_id, version)
+);
+
+CREATE TABLE steps (
+    inbox_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('started', 'done', 'failed', 'uncertain')),
+    attempts INTEGER NOT NULL,           -- tries started
+    generation INTEGER NOT NULL,         -- the lease generation of the last try
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    exit_code INTEGER,
+    output BLOB,                         -- a done step's stdout
+    error TEXT,
+    PRIMARY KEY (inbox_id, key)
+);
+CREATE INDEX steps_by_status ON steps (inbox_id, status, finished_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
+                               _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
