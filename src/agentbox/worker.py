@@ -33,12 +33,15 @@ from agentbox.jsonutil import stored_value
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
+from agentbox.rules.breaker import Pause
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     from agentbox.ledger.engine import Waiter
     from agentbox.upkeep import PruneReport
 
@@ -56,6 +59,8 @@ EXIT_CODES: dict[str, int] = {
     "busy": Exit.TEMPFAIL,    # another worker holds the lease
     "lost": Exit.TEMPFAIL,    # the lease lapsed while the handler ran; handler stopped
     "refused": Exit.TEMPFAIL,  # the fence refused the finish; nothing recorded
+    "paused": Exit.OK,        # the inbox is paused (breaker or budget): nothing claimed
+    "deferred": Exit.TEMPFAIL,  # the handler exited 75: attempts given back, retry later
 }
 
 
@@ -96,6 +101,33 @@ def _fates(after: Sequence[EventAfter], max_attempts: int | None) -> str:
     return "; ".join(said)
 
 
+def _retry(after: Sequence[EventAfter]) -> str:
+    from agentbox.spelling import when
+
+    times = [e.retry_at for e in after if e.retry_at is not None]
+    return f" until {when(min(times))}" if times else ""
+
+
+def pause_document(pause: Pause | None) -> dict[str, Any] | None:
+    """A pause in JSON: ``{"reason", "since", "until"}``, or null."""
+    if pause is None:
+        return None
+    return {"reason": pause.reason, "since": pause.since, "until": pause.until}
+
+
+def describe_pause(pause: Pause | None) -> str:
+    """Why nothing was claimed, and until when, for people."""
+    from agentbox.rules.breaker import BREAKER
+    from agentbox.spelling import when
+
+    if pause is None:
+        return "not paused"
+    then = (f"a probe run at {when(pause.until)}" if pause.kind == BREAKER
+            else f"until {when(pause.until)}")
+    return (f"paused since {when(pause.since)} ({pause.reason}): nothing claimed; {then}; "
+            "`agentbox resume` lifts it")
+
+
 @dataclass(frozen=True)
 class RunReport:
     """What one run did, for a line of output or a JSON document."""
@@ -111,6 +143,7 @@ class RunReport:
     error: str | None = None
     events_after: tuple[EventAfter, ...] = ()  # a failed run: what became of each event
     max_attempts: int | None = None
+    paused: Pause | None = None  # the pause that kept the run from claiming
 
     def document(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "exit_code": self.exit_code,
@@ -118,7 +151,7 @@ class RunReport:
                 "timers_fired": self.timers_fired, "messages": self.messages,
                 "approvals": self.approvals, "timers": self.timers, "error": self.error,
                 "events_after": [e.document() for e in self.events_after],
-                "max_attempts": self.max_attempts}
+                "max_attempts": self.max_attempts, "paused": pause_document(self.paused)}
 
     def describe(self) -> str:
         """One line for people: generation, events, outcome."""
@@ -134,6 +167,9 @@ class RunReport:
             "busy": "the lease is held by another worker; nothing claimed",
             "lost": f"lease lost while the handler ran; {ids} left for the next worker",
             "refused": f"finish refused by the lease fence; {ids} left to the current holder",
+            "paused": describe_pause(self.paused),
+            "deferred": f"{ids} deferred{_retry(self.events_after)}: the handler exited 75 "
+                        "(a temporary failure), the attempts given back",
         }.get(self.outcome, self.error or f"{self.outcome}; {ids} not done")
         return f"{gen}{text}{fired}"
 
@@ -186,6 +222,7 @@ class Handled:
     answer: Answer | None = None
     error: str | None = None
     lost: bool = False
+    tempfail: bool = False  # the handler exited 75: not the events' fault
 
 
 class Handler(Protocol):
@@ -219,7 +256,8 @@ class CommandHandler:
         if result.stopped:  # only a failed heartbeat stops the child
             return Handled(lost=True)
         if not result.ok:
-            return Handled(error=f"handler {result.describe()}")
+            return Handled(error=f"handler {result.describe()}",
+                           tempfail=result.returncode == Exit.TEMPFAIL)
         tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:
@@ -243,6 +281,7 @@ class Worker:
     clock: Callable[[], int]
     holder: str = field(default_factory=new_holder_id)
     stop: Stop = field(default_factory=Stop)
+    zone: tzinfo | None = None  # the inbox's time zone: its local day bounds the budgets
     _renew_at: float = field(default=0.0, init=False, repr=False)  # monotonic
     _standing_by: tuple[str, int] | None = field(default=None, init=False, repr=False)
 
@@ -269,7 +308,12 @@ class Worker:
                 self.store.release(self.holder, generation, self.clock())
 
     def work(self, generation: int, fired: int = 0) -> RunReport:
-        """Claim one batch under a lease this worker holds, run the handler, record it."""
+        """Claim one batch under a lease this worker holds, run the handler, record it;
+        nothing while the inbox is paused."""
+        paused = self._gate()
+        if paused is not None:
+            return RunReport("paused", EXIT_CODES["paused"], generation, timers_fired=fired,
+                             paused=paused)
         events = self.store.claim(self.holder, generation, self.clock(), self.policy)
         if events is None:
             return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
@@ -281,6 +325,21 @@ class Worker:
         if self.stop.requested:
             return self._interrupted(generation, [e.id for e in events], fired)
         return self._handle(generation, events, fired)
+
+    def _gate(self) -> Pause | None:
+        """The pause in force (see :meth:`Store.gate`), the budgets' day read in
+        :attr:`zone` (UTC without one) only when there is a budget to check."""
+        from agentbox.rules.breaker import budgeted
+
+        now = self.clock()
+        day = (now, now)
+        if budgeted(self.policy):
+            from datetime import UTC
+
+            from agentbox.calendar import local_day
+
+            day = local_day(now, self.zone or UTC)
+        return self.store.gate(now, day, self.policy)
 
     def _busy_error(self) -> str:
         held = self.store.lease()
@@ -319,7 +378,8 @@ class Worker:
                                    f"{generation}); the handler was stopped and nothing "
                                    "was recorded")
         if outcome.error is not None:
-            return self._fail(generation, ids, fired, outcome.error)
+            return self._fail(generation, ids, fired, outcome.error,
+                              "deferred" if outcome.tempfail else "failed")
         return self._finish(generation, ids, fired, outcome.answer or Answer())
 
     def _finish(self, generation: int, ids: list[int], fired: int,
@@ -334,11 +394,14 @@ class Worker:
         return RunReport("done", EXIT_CODES["done"], generation, tuple(ids), fired,
                          len(answer.messages), len(answer.approvals), len(answer.timers))
 
-    def _fail(self, generation: int, ids: list[int], fired: int, error: str) -> RunReport:
+    def _fail(self, generation: int, ids: list[int], fired: int, error: str,
+              outcome: str = "failed") -> RunReport:
+        """A handler error (``failed``) or its exit 75 (``deferred``), recorded as such."""
         now = self.clock()
-        if not self.store.fail(self.holder, generation, now, ids, error, self.policy):
+        record = self.store.defer if outcome == "deferred" else self.store.fail
+        if not record(self.holder, generation, now, ids, error, self.policy):
             return self._refused(generation, ids, fired)
-        return RunReport("failed", EXIT_CODES["failed"], generation, tuple(ids), fired,
+        return RunReport(outcome, EXIT_CODES[outcome], generation, tuple(ids), fired,
                          error=error, events_after=self._after(ids, now),
                          max_attempts=self.policy.max_attempts)
 
@@ -400,6 +463,7 @@ class Worker:
         self.handler.check()
         waiter = self.store.waiter()
         held: int | None = None
+        said_pause: Pause | None = None  # a pause is said once, not on every look
         try:
             while not self.stop.requested:
                 if held is None:
@@ -411,11 +475,15 @@ class Worker:
                     continue
                 self.handler.check()
                 report = self.work(held, self.store.tick(self.clock(), self.policy))
-                if report.outcome != "idle":
+                if report.outcome == "paused":
+                    if report.paused != said_pause:
+                        emit(report)
+                    said_pause = report.paused
+                elif report.outcome != "idle":
                     emit(report)
                 if report.outcome in ("lost", "refused"):
                     held = None
-                elif report.outcome == "idle":
+                elif report.outcome in ("idle", "paused"):
                     self._prune(say)
                     due = self.store.next_work(self.clock())
                     self._sleep(waiter, due, self._renew_at)

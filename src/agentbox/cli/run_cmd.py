@@ -76,11 +76,13 @@ def run(
     settings = sess.settings(flags)
     if not settings.handler:
         raise UsageError(NO_HANDLER)
+    from agentbox.rules.breaker import budgeted
     from agentbox.worker import CommandHandler, Worker
 
     worker = Worker(store=sess.store(), policy=settings.policy,
                     handler=CommandHandler(settings.handler, settings.policy.handler_timeout),
-                    user=sess.user, db=sess.db_target, clock=sess.now)
+                    user=sess.user, db=sess.db_target, clock=sess.now,
+                    zone=sess.zone() if budgeted(settings.policy) else None)
     if watch:
         _watch(worker, as_json)
     else:
@@ -184,8 +186,12 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
             raise UsageError(NO_HANDLER)
         handler = CommandHandler(settings.handler, settings.policy.handler_timeout)
         handler.check()
+        from agentbox.calendar import local_zone
+        from agentbox.rules.breaker import budgeted
+
+        zone = local_zone(settings.timezone) if budgeted(settings.policy) else None
         return Worker(store=store, policy=settings.policy, handler=handler, user=user,
-                      db=store.location, clock=sess.now)
+                      db=store.location, clock=sess.now, zone=zone)
 
     inboxes = open_inboxes(target)
     try:

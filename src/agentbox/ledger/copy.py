@@ -33,6 +33,9 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
                     "tries", "max_tries", "finished_at", "error"), "seq"),
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
+    "pauses": (("kind", "reason", "since", "until", "streak", "streak_event",
+                "streak_distinct", "waived_until"), "inbox_id"),
+    "run_usage": (("id", "at", "generation", "events", "tokens", "cost"), "id"),
 }
 
 

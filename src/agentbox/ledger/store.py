@@ -22,6 +22,7 @@ from agentbox.ledger.approvals import Approvals
 from agentbox.ledger.inbox import Inbox
 from agentbox.ledger.lease import Leases
 from agentbox.ledger.outbox import Outbox
+from agentbox.ledger.pause import Pauses
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
 from agentbox.ledger.status import Status, Vitals
@@ -43,8 +44,8 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
-class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune):
-    """One user's inbox: events, lease, runs, timers, approvals and outbox."""
+class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune, Pauses):
+    """One user's inbox: events, lease, runs, timers, approvals, outbox and pauses."""
 
     def __enter__(self) -> Store:
         return self
@@ -56,7 +57,8 @@ class Store(Inbox, Leases, Runs, Timers, Approvals, Outbox, Prune):
         """Counts per state (every state present), the lease, and the next timer."""
         reader = self._read()
         counts = self.engine.counts(reader)
-        return Status(counts["events"], counts["outbox"], self.lease(), next_due(reader))
+        return Status(counts["events"], counts["outbox"], self.lease(), next_due(reader),
+                      self.paused())
 
     def vitals(self) -> Vitals:
         """The status, plus what an operator watches: the oldest pending event's

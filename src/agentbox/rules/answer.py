@@ -47,10 +47,19 @@ class FollowUp:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a run says it spent: tokens and cost, each optional (the budgets add them)."""
+
+    tokens: int | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True)
 class Answer:
     messages: tuple[Message, ...] = ()
     approvals: tuple[ApprovalRequest, ...] = ()
     timers: tuple[FollowUp, ...] = ()
+    usage: Usage | None = None
 
 
 def _text(value: Any, what: str) -> str:
@@ -118,6 +127,31 @@ def _timer(item: Any, n: int) -> FollowUp:
     return follow_up
 
 
+MAX_TOKENS = 10**15  # more than any run spends; a bigger number is a bug, not a bill
+
+
+def _amount(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value <= MAX_TOKENS):
+        raise BadInput(f"{where} must be a non-negative number, not {value!r}")
+    return float(value)
+
+
+def _usage(doc: dict[str, Any]) -> Usage | None:
+    """The answer's ``usage``, if any: ``{"tokens": N, "cost": X}``, each optional."""
+    if "usage" not in doc:
+        return None
+    item = _object(doc["usage"], "usage", {"tokens", "cost"})
+    tokens = item.get("tokens")
+    if tokens is not None:
+        if not isinstance(tokens, int) and not (isinstance(tokens, float)
+                                                 and tokens.is_integer()):
+            raise BadInput(f"usage.tokens must be a whole number, not {tokens!r}")
+        tokens = int(_amount(tokens, "usage.tokens"))
+    cost = item.get("cost")
+    return Usage(tokens, None if cost is None else _amount(cost, "usage.cost"))
+
+
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
     value = doc.get(key, [])
     if not isinstance(value, list):
@@ -132,9 +166,10 @@ def parse(text: str | bytes) -> Answer:
     doc = loads_strict(text, "the answer")
     if not isinstance(doc, dict):
         raise BadInput(f"the answer must be a JSON object, not {type_name(doc)}")
-    _known_keys(doc, "the answer", {"messages", "approvals", "timers"})
+    _known_keys(doc, "the answer", {"messages", "approvals", "timers", "usage"})
     return Answer(
         messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
         approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),
         timers=tuple(_timer(t, n) for n, t in enumerate(_list(doc, "timers"))),
+        usage=_usage(doc),
     )

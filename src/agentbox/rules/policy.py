@@ -29,6 +29,10 @@ class Policy(NamedTuple):
     keep_sent: int = 30 * DAY     # prune sent messages and settled dispatches older than this
     dedupe_window: int = 90 * DAY  # a pruned event's key is remembered this long after it came
     auto_prune: bool = True       # `run` prunes at most once a day
+    breaker_runs: int = 5         # failed runs in a row (over 2+ events) that pause the inbox
+    breaker_cooldown: int = 600   # seconds a tripped breaker waits before its probe run
+    budget_tokens_per_day: int | None = None  # a local day's tokens that pause the inbox
+    budget_cost_per_day: float | None = None  # a local day's cost that pauses the inbox
 
     def backoff(self, attempts: int) -> int:
         """Seconds a row waits before its next attempt, after ``attempts`` tries."""

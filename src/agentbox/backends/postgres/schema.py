@@ -238,5 +238,34 @@ CREATE TABLE state_counts (
     *_wake_triggers(),
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: governed runs (see the SQLite schema's version 9): the pause in force and
+# the breaker's streak per inbox, and what each run's answer said it spent.
+_V2: tuple[str, ...] = (
+    """
+CREATE TABLE pauses (
+    inbox_id integer PRIMARY KEY,
+    kind text COLLATE "C" CHECK (kind IN ('breaker', 'budget')),
+    reason text,
+    since bigint,
+    until bigint,
+    streak bigint NOT NULL DEFAULT 0,
+    streak_event bigint,
+    streak_distinct boolean NOT NULL DEFAULT false,
+    waived_until bigint
+)""",
+    """
+CREATE TABLE run_usage (
+    inbox_id integer NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    at bigint NOT NULL,
+    generation bigint,
+    events text NOT NULL,
+    tokens bigint,
+    cost double precision,
+    PRIMARY KEY (inbox_id, id)
+)""",
+    "CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
