@@ -158,7 +158,8 @@ def diagnose(store: Store, now: int,
             health.lease(lease, now, holder_alive(lease)),
             health.running([(e.id, e.claim_gen) for e in running], lease, now),
             health.uncertain(vitals.status.outbox["uncertain"]),
-            health.pending(vitals.oldest_pending, now, pending_limit)]
+            health.pending(vitals.oldest_pending, now, pending_limit),
+            health.paused(vitals.status.paused, now)]
 
 
 @dataclass(frozen=True)

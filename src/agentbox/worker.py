@@ -33,7 +33,7 @@ from agentbox.jsonutil import stored_value
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, parse
-from agentbox.rules.breaker import Pause
+from agentbox.rules.breaker import Pause, describe_pause, pause_document
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Event
@@ -106,26 +106,6 @@ def _retry(after: Sequence[EventAfter]) -> str:
 
     times = [e.retry_at for e in after if e.retry_at is not None]
     return f" until {when(min(times))}" if times else ""
-
-
-def pause_document(pause: Pause | None) -> dict[str, Any] | None:
-    """A pause in JSON: ``{"reason", "since", "until"}``, or null."""
-    if pause is None:
-        return None
-    return {"reason": pause.reason, "since": pause.since, "until": pause.until}
-
-
-def describe_pause(pause: Pause | None) -> str:
-    """Why nothing was claimed, and until when, for people."""
-    from agentbox.rules.breaker import BREAKER
-    from agentbox.spelling import when
-
-    if pause is None:
-        return "not paused"
-    then = (f"a probe run at {when(pause.until)}" if pause.kind == BREAKER
-            else f"until {when(pause.until)}")
-    return (f"paused since {when(pause.since)} ({pause.reason}): nothing claimed; {then}; "
-            "`agentbox resume` lifts it")
 
 
 @dataclass(frozen=True)

@@ -88,12 +88,12 @@ def test_a_budget_pauses_once_with_one_urgent_message_and_resume_lifts_it(
     assert outcome(cli, *handler, "--answer", spend, now=day + 1)["outcome"] == "done"
     paused = outcome(cli, *handler, "--answer", spend, now=day + 2)
     assert paused["outcome"] == "paused" and paused["exit_code"] == 0
-    assert paused["runs"][0]["paused"]["reason"].startswith("budget: 1200 of 1000 tokens")
+    assert paused["runs"][0]["paused"]["reason"] == "token budget"
     assert paused["runs"][0]["paused"]["until"] == day - 3600 + 86400
     assert outcome(cli, *handler, now=day + 3)["outcome"] == "paused"
     store = open_inbox()
     notices = [m for m in store.outbox(("held",)) if m.urgent]
-    assert len(notices) == 1 and "budget" in notices[0].body  # once per pause
+    assert len(notices) == 1 and "1200 of 1000 tokens" in notices[0].body  # once per pause
     assert cli("ingest", "chat", "later", now=day + 4).code == 0  # ingest still stores
     assert json.loads(cli("resume", "--json", now=day + 5).out)["resumed"] is True
     assert outcome(cli, *handler, "--answer", spend, now=day + 6)["outcome"] == "done"

@@ -160,15 +160,18 @@ class Pauses(Core):
             return state.pause
         expired = state.pause is not None and state.pause.kind == breaker.BUDGET
         waived = state.waived_until is not None and now < state.waived_until
-        reason = None
+        reason = spending = None
         if breaker.budgeted(policy) and not waived and not (
                 state.pause is not None and state.pause.kind == breaker.BREAKER):
-            reason = breaker.over_budget(*_spent(reader, *day), policy)
+            tokens, cost = _spent(reader, *day)
+            reason = breaker.over_budget(tokens, cost, policy)
+            spending = breaker.spent(tokens, cost, policy)
         if reason is None and not expired:
             return None
-        return self._budget_pause(now, day, reason)
+        return self._budget_pause(now, day, reason, spending or "")
 
-    def _budget_pause(self, now: int, day: tuple[int, int], reason: str | None) -> Pause | None:
+    def _budget_pause(self, now: int, day: tuple[int, int], reason: str | None,
+                      spending: str) -> Pause | None:
         """Under the lock: an ended budget pause lifted, a new one set (with its notice)."""
         from agentbox.ledger.outbox import queue_in
         from agentbox.rules import breaker
@@ -185,8 +188,10 @@ class Pauses(Core):
                 pause = None
             if reason is not None and pause is None:
                 pause = breaker.Pause(breaker.BUDGET, reason, now, day[1])
-                _paused(tx, now, pause, None)
-                queue_in(tx, now, None, [Message(breaker.notice(reason, day[1]), urgent=True)])
+                history.record(tx, now, "inbox", "pause", "paused", None,
+                               f"{reason}: {spending} today")
+                queue_in(tx, now, None, [Message(breaker.notice(reason, spending, day[1]),
+                                                 urgent=True)])
             _store(tx, Governor(pause, state.streak, state.waived_until))
             return breaker.in_force(pause, now)
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from agentbox.durations import format_duration
 from agentbox.rules.lease import taken
 from agentbox.rules.records import Lease
+
+if TYPE_CHECKING:
+    from agentbox.rules.breaker import Pause
 
 
 class Check(NamedTuple):
@@ -112,3 +115,15 @@ def private(modes: Sequence[tuple[str, int]]) -> Check:
         return Check("permissions", False, "; ".join(problems))
     return Check("permissions", True, "files 0600, folder not writable by others"
                  if modes else "no file yet")
+
+
+def paused(pause: Pause | None, now: int) -> Check:
+    """A paused inbox claims nothing: someone should look (and `agentbox resume`)."""
+    if pause is None:
+        return Check("paused", True, "not paused")
+    from agentbox.spelling import when
+
+    then = "a probe run is due" if pause.until is not None and now >= pause.until else (
+        f"until {when(pause.until)}")
+    return Check("paused", False, f"paused since {when(pause.since)} ({pause.reason}), "
+                                  f"{then}; `agentbox resume` lifts it")
