@@ -290,7 +290,7 @@ def _parse(key: str, raw: Any, where: str) -> Any:
         raise BadInput(f"{where}: {key}: {exc}") from None
 
 
-_TABLES = ("users", "sources")  # tables of config.toml that hold no setting themselves
+_TABLES = ("users", "sources", "channels")  # tables of config.toml that hold no setting
 
 
 class _Table(NamedTuple):

@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,11 +32,11 @@ from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.jsonutil import stored_value
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
-from agentbox.rules.answer import Answer, parse
+from agentbox.rules.answer import Answer, check_channels, parse
 from agentbox.rules.breaker import Pause, describe_pause, pause_document
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Event
+from agentbox.rules.records import DEFAULT_CHANNEL, Event
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
@@ -223,6 +223,7 @@ class CommandHandler:
     argv: Sequence[str]
     timeout: int
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    channels: Collection[str] = (DEFAULT_CHANNEL,)  # a message naming another is malformed
 
     def check(self) -> None:
         check_command(self.argv, self.env)
@@ -242,7 +243,9 @@ class CommandHandler:
         try:
             if result.stdout_truncated:
                 raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
-            return Handled(answer=parse(result.stdout))
+            answer = parse(result.stdout)
+            check_channels(answer, self.channels)
+            return Handled(answer=answer)
         except BadInput as exc:
             return Handled(error=f"handler output rejected: {exc}; it began "
                            + repr(result.stdout[:PREVIEW].decode("utf-8", "replace"))

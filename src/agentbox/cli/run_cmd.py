@@ -76,11 +76,14 @@ def run(
     settings = sess.settings(flags)
     if not settings.handler:
         raise UsageError(NO_HANDLER)
+    from agentbox import channels, paths
     from agentbox.rules.breaker import budgeted
     from agentbox.worker import CommandHandler, Worker
 
+    known = channels.names(paths.config_path(), sess.user)
     worker = Worker(store=sess.store(), policy=settings.policy,
-                    handler=CommandHandler(settings.handler, settings.policy.handler_timeout),
+                    handler=CommandHandler(settings.handler, settings.policy.handler_timeout,
+                                           channels=known),
                     user=sess.user, db=sess.db_target, clock=sess.now,
                     zone=sess.zone() if budgeted(settings.policy) else None)
     if watch:
@@ -184,7 +187,10 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
         settings = config.resolve(paths.config_path(), user, flags)
         if not settings.handler:
             raise UsageError(NO_HANDLER)
-        handler = CommandHandler(settings.handler, settings.policy.handler_timeout)
+        from agentbox import channels
+
+        handler = CommandHandler(settings.handler, settings.policy.handler_timeout,
+                                 channels=channels.names(paths.config_path(), user))
         handler.check()
         from agentbox.calendar import local_zone
         from agentbox.rules.breaker import budgeted

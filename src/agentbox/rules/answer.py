@@ -8,6 +8,7 @@ here first, so a bad answer fails the run instead of surfacing mid-finish.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
 from agentbox.rules.approvals import check_request_id
+from agentbox.rules.records import DEFAULT_CHANNEL
 from agentbox.rules.timers import TimerSpec, check_spec
 
 
@@ -22,6 +24,7 @@ from agentbox.rules.timers import TimerSpec, check_spec
 class Message:
     body: str
     urgent: bool = False
+    channel: str = DEFAULT_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,12 @@ def _message(item: Any, n: int) -> Message:
     if isinstance(item, str):
         return Message(_text(item, f"messages[{n}]"))
     if isinstance(item, dict):
-        _known_keys(item, f"messages[{n}]", {"body", "urgent"})
+        _known_keys(item, f"messages[{n}]", {"body", "urgent", "channel"})
         urgent = item.get("urgent", False)
         if not isinstance(urgent, bool):
             raise BadInput(f"messages[{n}].urgent must be true or false")
-        return Message(_text(item.get("body"), f"messages[{n}].body"), urgent)
+        channel = _text(item.get("channel", DEFAULT_CHANNEL), f"messages[{n}].channel")
+        return Message(_text(item.get("body"), f"messages[{n}].body"), urgent, channel)
     raise BadInput(f"messages[{n}] must be a string or an object, not {type_name(item)}")
 
 
@@ -157,6 +161,15 @@ def _list(doc: dict[str, Any], key: str) -> list[Any]:
     if not isinstance(value, list):
         raise BadInput(f"{key} must be a list, not {type_name(value)}")
     return value
+
+
+def check_channels(answer: Answer, known: Collection[str]) -> None:
+    """Refuse an answer whose message names a channel the config does not have: it is
+    malformed, like any other bad key, and nothing of it is applied."""
+    for n, message in enumerate(answer.messages):
+        if message.channel not in known:
+            raise BadInput(f"messages[{n}].channel: unknown channel {message.channel!r} "
+                           f"(known: {', '.join(sorted(known))})")
 
 
 def parse(text: str | bytes) -> Answer:

@@ -239,7 +239,8 @@ CREATE TABLE state_counts (
 )
 
 # Version 2: governed runs (see the SQLite schema's version 9): the pause in force and
-# the breaker's streak per inbox, and what each run's answer said it spent.
+# the breaker's streak per inbox, and what each run's answer said it spent; the channel
+# of every message and dispatch (`default` for the rows written before).
 _V2: tuple[str, ...] = (
     """
 CREATE TABLE pauses (
@@ -265,6 +266,8 @@ CREATE TABLE run_usage (
     PRIMARY KEY (inbox_id, id)
 )""",
     "CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at)",
+    """ALTER TABLE outbox ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
+    """ALTER TABLE dispatches ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)

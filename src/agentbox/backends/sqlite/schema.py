@@ -256,7 +256,8 @@ ALTER TABLE pruned_keys ADD COLUMN inbox_id INTEGER NOT NULL DEFAULT 1;
 # Version 9: governed runs. `pauses` holds, per inbox, the pause in force (a tripped
 # breaker or a spent budget; kind NULL: none), the streak of failed runs the breaker
 # counts, and the end of a local day whose budget `resume` waived. `run_usage` is what
-# each run's answer said it spent, summed per local day against the budgets.
+# each run's answer said it spent, summed per local day against the budgets. Messages
+# and dispatches name their channel; every row an older version wrote is `default`'s.
 _V9 = """
 CREATE TABLE pauses (
     inbox_id INTEGER PRIMARY KEY,
@@ -279,6 +280,8 @@ CREATE TABLE run_usage (
     cost REAL
 );
 CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at);
+ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE dispatches ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
 """
 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
