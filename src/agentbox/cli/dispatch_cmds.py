@@ -13,6 +13,7 @@ import typer
 
 from agentbox.cli.app import JsonFlag, app, session
 from agentbox.cli.options import checked_flag, command_flag, complete_delivery, duration_flag
+from agentbox.rules.records import DEFAULT_CHANNEL
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -227,7 +228,7 @@ def channel_dispatchers(sess: "Session", settings: "Settings", argv: "list[str] 
     from agentbox.stopping import Stop
 
     policy = settings.policy
-    found = channels.resolve(paths.config_path(), sess.user, settings)
+    found = channels.resolve(paths.config_path(), sess.user_or_none() or "", settings)
     if only is not None and only not in found:
         raise UsageError(f"--channel: unknown channel {only!r} (known: {', '.join(found)})")
     flagged = {k for k, o in settings.origins.items() if o == "flag"}
@@ -303,19 +304,49 @@ LimitFlag = Annotated[Optional[int], typer.Option(  # noqa: UP045
     "--limit", "-n", min=1, help="Show at most the newest N.", show_default=False)]
 
 
+def held_waits(sess: "Session") -> "dict[str, Wait | None]":
+    """Each channel with held messages, and why they wait now (None: they may go; a
+    channel config.toml no longer has waits for ever, as ``unknown channel``)."""
+    from agentbox.rules.outbox import Wait
+
+    held = sess.store().channels_held()
+    if not held:
+        return {}
+    dispatchers = {d.channel: d for d in channel_dispatchers(
+        sess, sess.settings(), None, None, lambda claimed: None)}
+    return {name: dispatchers[name].waiting() if name in dispatchers
+            else Wait(n, None, reason="unknown channel") for name, n in held.items()}
+
+
 def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json: bool) -> None:
     from agentbox import render
     from agentbox.rules.records import OPEN_OUTBOX_STATES, OUTBOX_STATES
 
-    messages = session(ctx).store().outbox(OUTBOX_STATES if show_all else OPEN_OUTBOX_STATES,
-                                           limit or 1000)
+    sess = session(ctx)
+    messages = sess.store().outbox(OUTBOX_STATES if show_all else OPEN_OUTBOX_STATES,
+                                   limit or 1000)
+    waits = held_waits(sess) if any(m.state == "held" for m in messages) else {}
     rows = [{"id": m.id, "state": m.state, "urgent": m.urgent, "dispatch_key": m.dispatch_key,
-             "created": m.created_at, "sent": m.sent_at, "error": m.error, "body": m.body}
+             "created": m.created_at, "sent": m.sent_at, "error": m.error, "body": m.body,
+             "channel": m.channel,
+             "held_reason": _reason(waits.get(m.channel)) if m.state == "held" else None}
             for m in messages]
-    render.records(rows, LIST_COLUMNS, as_json, title="outbox",
+    columns = LIST_COLUMNS
+    if any(m.channel != DEFAULT_CHANNEL for m in messages):
+        columns = [*LIST_COLUMNS[:2], "channel", *LIST_COLUMNS[2:]]
+    render.records(rows, columns, as_json, title="outbox",
                    empty="no messages" if show_all else "nothing held, sending or uncertain",
                    human={"created": render.when, "sent": render.when, "body": _preview},
                    text=["body", "error"])
+    if not as_json:
+        now = sess.now()
+        for name, wait in waits.items():
+            if wait is not None and wait.reason not in (None, "gap"):
+                render.notice(f"channel {name}: {held_text(wait, now)}")
+
+
+def _reason(wait: "Wait | None") -> str | None:
+    return None if wait is None else wait.reason
 
 
 @outbox_app.callback()

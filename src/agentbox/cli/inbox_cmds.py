@@ -21,9 +21,12 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
 
         show_inboxes(ctx, as_json)
         return
+    from agentbox.cli.dispatch_cmds import held_text, held_waits
+
     sess = session(ctx)
     store = sess.store()
     state = store.status()
+    waits = held_waits(sess) if state.outbox["held"] else {}
     lease = state.lease
     timer = state.next_timer
     doc = {
@@ -37,6 +40,9 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
                                              "released": lease.released},
         "next_timer": None if timer is None else {"name": timer.name, "due": timer.due},
         "paused": pause_document(state.paused),
+        "held": {name: {"messages": w.held, "reason": w.reason,
+                        "until": w.until if w.reason is not None else None}
+                 for name, w in waits.items() if w is not None},
     }
     if as_json:
         render.document(doc)
@@ -59,6 +65,8 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
         ("lease", lease_text),
         ("next timer", "none" if timer is None else f"{timer.name} at {render.when(timer.due)}"),
         ("paused", "no" if state.paused is None else describe_pause(state.paused)),
+        *[(f"held on {name}", held_text(w, now)) for name, w in waits.items()
+          if w is not None and w.reason not in (None, "gap")],
     ], title="agentbox status")
 
 

@@ -336,9 +336,10 @@ class Outbox(Core):
 
         chosen, params = among("state", list(states))
         rows = self._read().rows(
-            f"""SELECT id, body, urgent, state, dispatch_key, created_at, sent_at, error
+            f"""SELECT id, body, urgent, state, dispatch_key, created_at, sent_at, error,
+                       channel
                 FROM outbox WHERE inbox_id = :box AND state IN {chosen}
                 ORDER BY id DESC LIMIT :limit""", limit=limit, **params)
         return [OutboxMessage(int(i), str(b), bool(u), str(s), k, int(c),
-                              None if t is None else int(t), e)
-                for i, b, u, s, k, c, t, e in reversed(rows)]
+                              None if t is None else int(t), e, str(ch))
+                for i, b, u, s, k, c, t, e, ch in reversed(rows)]

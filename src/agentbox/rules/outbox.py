@@ -53,6 +53,7 @@ class OutboxMessage(NamedTuple):
     created_at: int
     sent_at: int | None
     error: str | None
+    channel: str = "default"
 
 
 class Dispatch(NamedTuple):
