@@ -441,10 +441,11 @@ def _day_start(day: date, tz: tzinfo) -> int:
     the clocks skip midnight, the moment they jump past it."""
     wall = datetime(day.year, day.month, day.day)
     local = (wall - _EPOCH) // _SECOND
-    early = local - _seconds(tz.utcoffset(wall.replace(fold=1)))
-    late = local - _seconds(tz.utcoffset(wall.replace(fold=0)))
-    if early >= late:  # midnight is shown (once or twice): its first pass
-        return early
+    first = local - _seconds(tz.utcoffset(wall.replace(fold=0)))
+    second = local - _seconds(tz.utcoffset(wall.replace(fold=1)))
+    if first <= second:  # midnight is shown (once or twice): its first pass
+        return first
+    early, late = second, first
     while early < late:  # skipped: the first instant of the day lies between
         middle = (early + late) // 2
         if datetime.fromtimestamp(middle, tz).date() >= day:
@@ -462,4 +463,16 @@ def local_day(t: int, tz: tzinfo) -> tuple[int, int]:
     start = _day_start(today, tz)
     if today == date.max:
         return start, LAST_TIME + 1
-    return start, _day_start(today + timedelta(days=1), tz)
+    end = _day_start(today + timedelta(days=1), tz)
+    if end <= t:  # the clocks went back across midnight: today came round again
+        low, high = t, t + 3600
+        while datetime.fromtimestamp(high, tz).date() <= today:
+            low, high = high, high + 3600
+        while high - low > 1:
+            middle = (low + high) // 2
+            if datetime.fromtimestamp(middle, tz).date() > today:
+                high = middle
+            else:
+                low = middle
+        end = high
+    return start, end
