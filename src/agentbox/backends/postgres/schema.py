@@ -268,6 +268,7 @@ CREATE TABLE run_usage (
     "CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at)",
     """ALTER TABLE outbox ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
     """ALTER TABLE dispatches ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
+    "CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at)",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)

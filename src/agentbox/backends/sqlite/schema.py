@@ -282,6 +282,7 @@ CREATE TABLE run_usage (
 CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at);
 ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE dispatches ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at);
 """
 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
