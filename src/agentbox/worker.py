@@ -516,11 +516,12 @@ class Worker:
 
 
 def run_until_empty(worker: Worker, limit: int = MAX_RUNS) -> list[RunReport]:
-    """Runs until one finds nothing to do, one does not exit 0, or ``limit`` runs."""
+    """Runs until one finds nothing to do (or the inbox paused), one does not exit 0, or
+    ``limit`` runs."""
     reports: list[RunReport] = []
     while len(reports) < limit and not worker.stop.requested:
         report = worker.run_once()
         reports.append(report)
-        if report.exit_code != 0 or report.outcome == "idle":
+        if report.exit_code != 0 or report.outcome in ("idle", "paused"):
             break
     return reports

@@ -104,3 +104,14 @@ def test_a_budget_pauses_once_with_one_urgent_message_and_resume_lifts_it(
     tomorrow = day + 86400
     assert outcome(cli, *handler, now=tomorrow)["outcome"] in ("done", "idle")
     assert len([m for m in store.outbox(("held",)) if m.urgent]) == 1
+
+
+def test_until_empty_stops_at_a_pause(cli, handler) -> None:
+    for n in range(3):
+        assert cli("ingest", "chat", f"m{n}", now=T0).code == 0
+    assert cli("config", "set", "breaker_runs", "2").code == 0
+    assert outcome(cli, *handler, "--exit", "3", now=T0)["outcome"] == "failed"
+    assert outcome(cli, *handler, "--exit", "3", now=T0)["outcome"] == "failed"
+    doc = json.loads(cli("run", "--until-empty", "--json", "--", *handler, now=T0).out)
+    assert [r["outcome"] for r in doc["runs"]] == ["paused"]
+    assert doc["exit_code"] == 0

@@ -110,7 +110,8 @@ def _once(worker: "Worker", until_empty: bool, as_json: bool) -> None:
         if pruned is not None and pruned.counts.total:
             render.line(pruned.describe())
     last = reports[-1] if reports else None
-    if until_empty and code == 0 and last is not None and last.outcome != "idle":
+    if until_empty and code == 0 and last is not None and last.outcome not in ("idle",
+                                                                                "paused"):
         render.notice(f"stopped after {MAX_RUNS} runs; more events may be waiting")
     if code != 0:
         render.error(last.error if last is not None and last.error else "interrupted")
