@@ -91,6 +91,14 @@ def test_a_budget_pauses_once_with_one_urgent_message_and_resume_lifts_it(
     assert paused["runs"][0]["paused"]["reason"] == "token budget"
     assert paused["runs"][0]["paused"]["until"] == day - 3600 + 86400
     assert outcome(cli, *handler, now=day + 3)["outcome"] == "paused"
+    assert 'agentbox_paused{user="alice",reason="token budget"} 1' in cli(
+        "metrics", now=day + 3).out
+    doctor = cli("doctor", "--json", now=day + 3)
+    assert doctor.code == 1
+    [check] = [c for c in json.loads(doctor.out)["checks"] if c["name"] == "paused"]
+    assert not check["ok"] and "token budget" in check["detail"]
+    [listed] = json.loads(cli("inboxes", "--json", now=day + 3).out)
+    assert listed["paused"]["reason"] == "token budget"
     store = open_inbox()
     notices = [m for m in store.outbox(("held",)) if m.urgent]
     assert len(notices) == 1 and "1200 of 1000 tokens" in notices[0].body  # once per pause
