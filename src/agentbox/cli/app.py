@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "dispatch": "dispatch_cmds",
     "status": "inbox_cmds",
+    "resume": "inbox_cmds",
+    "usage": "inbox_cmds",
     "events": "events_cmds",
     "dead": "inbox_cmds",
     "replay": "inbox_cmds",
