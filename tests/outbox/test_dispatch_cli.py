@@ -216,7 +216,8 @@ def test_outbox_list_columns_and_all(cli: Callable[..., Any], cli_queue: Queue,
     assert [r["body"] for r in outbox_rows(cli)] == ["waiting"]
     rows = outbox_rows(cli, "--all")
     assert [list(r) for r in rows] == [["id", "state", "urgent", "dispatch_key", "created",
-                                        "sent", "error", "body"]] * 2
+                                        "sent", "error", "body", "channel",
+                                        "held_reason"]] * 2
     assert [(r["state"], r["sent"], r["created"]) for r in rows] == [("sent", T0, T0),
                                                                      ("held", None, T0 + 1)]
     assert [r["body"] for r in outbox_rows(cli, "--all", "--limit", "1")] == ["waiting"]
