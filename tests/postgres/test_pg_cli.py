@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from agentbox.backends.postgres.schema import SCHEMA_VERSION
 from agentbox.backends.postgres.url import parse, with_schema
 from agentbox.ledger.store import Store
 from agentbox.location import POSTGRES_EXTRA, open_store
@@ -152,7 +153,8 @@ def test_a_schema_from_a_newer_agentbox_is_refused_and_left_alone(
     before = store.engine.conn.execute("SELECT * FROM migrations ORDER BY version").fetchall()
     result = cli("status")
     assert result.code == 1
-    assert "made by a newer agentbox (schema 99, this one knows up to 1)" in result.err
+    assert ("made by a newer agentbox (schema 99, this one knows up to "
+            f"{SCHEMA_VERSION})") in result.err
     migrations = store.engine.conn.execute("SELECT * FROM migrations ORDER BY version")
     assert migrations.fetchall() == before
     assert store.find("chat", "m1") is not None

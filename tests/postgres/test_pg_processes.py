@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agentbox.backends.postgres.schema import SCHEMA_VERSION
 from agentbox.errors import Busy
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
@@ -322,7 +323,8 @@ def test_hosts_opening_a_new_database_at_once_migrate_it_once(
     results = [finish_proc(p) for p in procs]
     assert [code for code, _, _ in results] == [0] * 6, results
     store = open_inbox("user0")
-    assert store.engine.conn.execute("SELECT version FROM migrations").fetchall() == [(1,)]
+    assert store.engine.conn.execute("SELECT version FROM migrations ORDER BY version").fetchall(
+        ) == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
     assert store.engine.conn.execute("SELECT COUNT(*) FROM inboxes").fetchone() == (6,)
     assert sorted(r[0] for r in store.engine.conn.execute(
         "SELECT source_id FROM events").fetchall()) == ["m1"] * 6
