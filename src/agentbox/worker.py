@@ -33,10 +33,11 @@ from agentbox.jsonutil import stored_value
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.answer import Answer, check_channels, parse
-from agentbox.rules.breaker import Pause, describe_pause, pause_document
+from agentbox.rules.breaker import Pause
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import DEFAULT_CHANNEL, Event
+from agentbox.spelling import describe_pause, pause_document
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
            ) -> None:
     """Counts by state, the lease, the next timer, the held messages and any pause."""
     from agentbox import render
-    from agentbox.rules.breaker import describe_pause, pause_document
+    from agentbox.spelling import describe_pause, pause_document
 
     if all_users:
         from agentbox.cli.upkeep_cmds import show_inboxes
@@ -79,7 +79,7 @@ def resume(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     there was none.
     """
     from agentbox import render
-    from agentbox.rules.breaker import pause_document
+    from agentbox.spelling import pause_document
 
     sess = session(ctx)
     lifted = sess.store().resume(sess.now())

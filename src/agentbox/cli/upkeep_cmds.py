@@ -18,7 +18,7 @@ INBOX_COLUMNS = ["user", "pending", "running", "done", "dead", "size", "last act
 
 
 def _survey_doc(found: "Survey") -> dict[str, Any]:
-    from agentbox.rules.breaker import pause_document
+    from agentbox.spelling import pause_document
 
     v = found.vitals
     if v is None:

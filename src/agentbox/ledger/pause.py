@@ -176,6 +176,7 @@ class Pauses(Core):
         from agentbox.ledger.outbox import queue_in
         from agentbox.rules import breaker
         from agentbox.rules.answer import Message
+        from agentbox.spelling import pause_notice
 
         with self._locked() as (tx, _):
             state = _governor(tx)
@@ -190,7 +191,7 @@ class Pauses(Core):
                 pause = breaker.Pause(breaker.BUDGET, reason, now, day[1])
                 history.record(tx, now, "inbox", "pause", "paused", None,
                                f"{reason}: {spending} today")
-                queue_in(tx, now, None, [Message(breaker.notice(reason, spending, day[1]),
+                queue_in(tx, now, None, [Message(pause_notice(reason, spending, day[1]),
                                                  urgent=True)])
             _store(tx, Governor(pause, state.streak, state.waived_until))
             return breaker.in_force(pause, now)

@@ -19,7 +19,7 @@ state, asks these functions, and writes what they decide.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from agentbox.clock import check_time
 from agentbox.rules.policy import Policy
@@ -108,33 +108,5 @@ def budgeted(policy: Policy) -> bool:
     return policy.budget_tokens_per_day is not None or policy.budget_cost_per_day is not None
 
 
-def notice(reason: str, spending: str, until: int | None) -> str:
-    """The urgent message a budget pause sends, once per pause."""
-    from agentbox.spelling import when
-
-    then = f" until {when(until)}" if until is not None else ""
-    return (f"agentbox paused this inbox ({reason} reached: {spending} today): runs claim "
-            f"nothing{then}; `agentbox resume` lifts it")
-
-
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def pause_document(pause: Pause | None) -> dict[str, Any] | None:
-    """A pause in JSON: ``{"reason", "since", "until"}``, or null."""
-    if pause is None:
-        return None
-    return {"reason": pause.reason, "since": pause.since, "until": pause.until}
-
-
-def describe_pause(pause: Pause | None) -> str:
-    """Why nothing was claimed, and until when, for people."""
-    from agentbox.spelling import when
-
-    if pause is None:
-        return "not paused"
-    then = (f"a probe run at {when(pause.until)}" if pause.kind == BREAKER
-            else f"until {when(pause.until)}")
-    return (f"paused since {when(pause.since)} ({pause.reason}): runs claim nothing; {then}; "
-            "`agentbox resume` lifts it")

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from agentbox.durations import format_duration
 from agentbox.rules.lease import taken
 from agentbox.rules.records import Lease
-
-if TYPE_CHECKING:
-    from agentbox.rules.breaker import Pause
 
 
 class Check(NamedTuple):
@@ -117,13 +114,9 @@ def private(modes: Sequence[tuple[str, int]]) -> Check:
                  if modes else "no file yet")
 
 
-def paused(pause: Pause | None, now: int) -> Check:
-    """A paused inbox claims nothing: someone should look (and `agentbox resume`)."""
-    if pause is None:
+def paused(detail: str | None) -> Check:
+    """A paused inbox claims nothing: someone should look (and `agentbox resume`).
+    ``detail`` says since when, why and until when (None: not paused)."""
+    if detail is None:
         return Check("paused", True, "not paused")
-    from agentbox.spelling import when
-
-    then = "a probe run is due" if pause.until is not None and now >= pause.until else (
-        f"until {when(pause.until)}")
-    return Check("paused", False, f"paused since {when(pause.since)} ({pause.reason}), "
-                                  f"{then}; `agentbox resume` lifts it")
+    return Check("paused", False, detail)
