@@ -26,7 +26,14 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
     sess = session(ctx)
     store = sess.store()
     state = store.status()
-    waits = held_waits(sess) if state.outbox["held"] else {}
+    waits = {}
+    if state.outbox["held"]:
+        from agentbox.errors import UsageError
+
+        try:
+            waits = held_waits(sess)
+        except UsageError as exc:  # a channel written wrong must not hide the status
+            render.notice(f"held messages' reasons unknown: {exc}")
     lease = state.lease
     timer = state.next_timer
     doc = {
