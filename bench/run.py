@@ -34,7 +34,8 @@ from benchlib import BENCH, TIMES, Row, filesystem, format_value
 
 SCRIPTS = ("startup", "bulk_ingest", "engine_ingest", "run_cycle", "scale", "timers",
            "concurrency", "serve", "console", "wakeup", "watch", "prune_ingest", "year",
-           "pg_ingest", "pg_run_cycle", "pg_scale", "pg_pool", "rehearse", "steps")
+           "pg_ingest", "pg_run_cycle", "pg_scale", "pg_pool", "rehearse", "steps",
+           "governed_run", "channels")
 PEER_SCRIPTS = tuple(f"peers/{name}" for name in ("enqueue", "redelivery", "latency", "drain",
                                                    "cli"))
 LATEST = BENCH / "results" / "latest.json"

@@ -48,7 +48,7 @@ from calendar import isleap
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -434,3 +434,45 @@ class Cron:
 
         found = next(CronSim(self.expr, _naive(min(below, _END_OF_READINGS)), reverse=True))
         return (found - _EPOCH) // _SECOND
+
+
+def _day_start(day: date, tz: tzinfo) -> int:
+    """The first instant whose wall clock in ``tz`` reads ``day``: its midnight, or, where
+    the clocks skip midnight, the moment they jump past it."""
+    wall = datetime(day.year, day.month, day.day)
+    local = (wall - _EPOCH) // _SECOND
+    first = local - _seconds(tz.utcoffset(wall.replace(fold=0)))
+    second = local - _seconds(tz.utcoffset(wall.replace(fold=1)))
+    if first <= second:  # midnight is shown (once or twice): its first pass
+        return first
+    early, late = second, first
+    while early < late:  # skipped: the first instant of the day lies between
+        middle = (early + late) // 2
+        if datetime.fromtimestamp(middle, tz).date() >= day:
+            late = middle
+        else:
+            early = middle + 1
+    return late
+
+
+def local_day(t: int, tz: tzinfo) -> tuple[int, int]:
+    """The local day in ``tz`` that holds the instant ``t``: (its first second, the first
+    second of the next day), DST-correct (a day may last 23 or 25 hours). The last day
+    of 9999 ends past :data:`~agentbox.clock.LAST_TIME`."""
+    today = datetime.fromtimestamp(t, tz).date()
+    start = _day_start(today, tz)
+    if today == date.max:
+        return start, LAST_TIME + 1
+    end = _day_start(today + timedelta(days=1), tz)
+    if end <= t:  # the clocks went back across midnight: today came round again
+        low, high = t, t + 3600
+        while datetime.fromtimestamp(high, tz).date() <= today:
+            low, high = high, high + 3600
+        while high - low > 1:
+            middle = (low + high) // 2
+            if datetime.fromtimestamp(middle, tz).date() > today:
+                high = middle
+            else:
+                low = middle
+        end = high
+    return start, end

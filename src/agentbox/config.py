@@ -69,6 +69,19 @@ def _flag(value: Any) -> bool:
     raise BadInput(f"expected true or false, not {value!r}")
 
 
+def _amount(value: Any) -> float:
+    """A positive amount of money (any currency: agentbox only adds the answers' costs)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadInput(f"expected a positive number, not {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadInput(f"expected a positive number, not {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise BadInput(f"expected a positive number, not {value!r}")
+    return number
+
+
 def _mode(value: Any) -> str:
     from agentbox.rules.outbox import check_mode
 
@@ -184,6 +197,13 @@ KEYS: dict[str, Key] = {
     "max_step_output": Key(_count, "bytes of a done step's stdout kept as its result"),
     "step_mode": Key(_step_mode, "a step that died inside: at-least-once runs it again, "
                      "at-most-once parks it uncertain"),
+    "breaker_runs": Key(_count, "failed runs in a row, over at least two events, that "
+                        "pause the inbox (reason `handler failing`)"),
+    "breaker_cooldown": _duration_key("how long a tripped breaker waits before one probe run"),
+    "budget_tokens_per_day": Key(_count, "tokens the answers may report in a local day before "
+                                 "the inbox pauses (default: no budget)"),
+    "budget_cost_per_day": Key(_amount, "cost the answers may report in a local day before "
+                               "the inbox pauses (default: no budget)"),
     "handler": Key(parse_command, "the agent command `agentbox run` starts"),
     "sender": Key(parse_command, "the command `agentbox dispatch` pipes messages into"),
     "database": Key(_database, "where inboxes live: a SQLite file or a postgresql:// URL "
@@ -206,9 +226,9 @@ def described(key: str) -> str:
     from agentbox.durations import format_duration
 
     known = KEYS[key]
-    if key not in _POLICY_FIELDS:
+    default = getattr(Policy(), key, None)
+    if key not in _POLICY_FIELDS or default is None:
         return known.help
-    default = getattr(Policy(), key)
     shown = (format_duration(default) if known.duration and default
              else str(default).lower() if isinstance(default, bool) else str(default))
     return f"{known.help} (default {shown})"
@@ -318,7 +338,7 @@ def _parse(key: str, raw: Any, where: str) -> Any:
         raise BadInput(f"{where}: {key}: {exc}") from None
 
 
-_TABLES = ("users", "sources")  # tables of config.toml that hold no setting themselves
+_TABLES = ("users", "sources", "channels")  # tables of config.toml that hold no setting
 
 
 class _Table(NamedTuple):

@@ -16,6 +16,7 @@ watch one outbox: the claim decides which one sends.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
@@ -29,12 +30,15 @@ from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
 from agentbox.rules.outbox import Dispatch, Wait, sender_word
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import SendOutcome
+from agentbox.rules.records import DEFAULT_CHANNEL, SendOutcome
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     from agentbox.ledger.engine import Waiter
     from agentbox.rules.outbox import Settle
+    from agentbox.rules.quiet import Limits, Window
 
 INTERRUPTED = "dispatcher interrupted mid-send"
 NOT_STARTED = "dispatch stopped before the sender ran"
@@ -134,22 +138,42 @@ class PrintSender:
 
 @dataclass
 class Dispatcher:
-    """Sends one outbox's held messages through ``sender``."""
+    """Sends one channel's held messages (``default``'s, unless told) through ``sender``.
+
+    The channel's gap and delivery mode are the policy's ``outbox_gap`` and
+    ``delivery``; its quiet hours and daily cap, read in ``zone``, are ``quiet``.
+    """
 
     store: Store
     policy: Policy
     sender: Sender
     clock: Callable[[], int]
     stop: Stop = field(default_factory=Stop)
+    channel: str = DEFAULT_CHANNEL
+    quiet: Quiet | None = None
     #: Whose inbox it is and where ``serve`` is reached: what ``{approval:ID}`` links need.
     user: str = ""
     public_url: str | None = None
 
+    def limits(self, now: int) -> Limits | None:
+        """What holds this channel's messages at ``now`` besides the gap."""
+        if self.quiet is None:
+            return None
+        return self.quiet.at(now)
+
     def claim(self) -> Dispatch | Wait:
         """Claim the next send (an overdue at-least-once resend first), or say why not."""
-        return self.store.claim_dispatch(self.clock(), self.policy.delivery,
+        now = self.clock()
+        return self.store.claim_dispatch(now, self.policy.delivery,
                                          self.policy.outbox_gap, self.policy.send_timeout,
-                                         self.policy.max_send_tries)
+                                         self.policy.max_send_tries, self.channel,
+                                         self.limits(now))
+
+    def waiting(self) -> Wait | None:
+        """Why this channel's held messages wait now, or None; reads only."""
+        now = self.clock()
+        return self.store.channel_wait(now, self.policy.outbox_gap, self.channel,
+                                       self.limits(now))
 
     def deliver(self, dispatch: Dispatch) -> DispatchReport:
         """Run the sender on a claimed dispatch and settle its word."""
@@ -203,33 +227,86 @@ class Dispatcher:
 
     def watch(self, emit: Callable[[DispatchReport], None]) -> None:
         """Send until stopped: at once when the gap allows, sleeping otherwise."""
-        waiter = self.store.waiter()
-        failures = 0
-        try:
-            while not self.stop.requested:
-                outbox = self.store.status().outbox
-                if not (outbox["held"] or outbox["sending"]):
-                    self._sleep(waiter, None)  # nothing to send until something changes
+        watch_channels([self], emit, self.stop)
+
+
+def watch_channels(dispatchers: Sequence[Dispatcher], emit: Callable[[DispatchReport], None],
+                   stop: Stop) -> None:
+    """Send on every channel of one outbox until stopped: each channel as soon as its own
+    gap, quiet hours and cap allow, none waiting for another; sleeping until the earliest
+    of their next sends (or a change) otherwise. A channel whose sends keep failing is
+    not hammered: it waits 1 s, 2 s, 4 s ... (at most :data:`LONGEST_BACKOFF`)."""
+    store, clock = dispatchers[0].store, dispatchers[0].clock
+    waiter = store.waiter()
+    failures = {d.channel: 0 for d in dispatchers}
+    resting: dict[str, float] = {}  # a failing channel's next try (monotonic)
+    try:
+        while not stop.requested:
+            outbox = store.status().outbox
+            if not (outbox["held"] or outbox["sending"]):
+                _sleep(waiter, stop, None)  # nothing to send until something changes
+                continue
+            looks: list[int] = []
+            sent = False
+            for dispatcher in dispatchers:
+                if stop.requested:
+                    break
+                rest = resting.get(dispatcher.channel, 0.0) - time.monotonic()
+                if rest > 0:
+                    looks.append(clock() + math.ceil(rest))
                     continue
-                report = self.dispatch_once()
+                report = dispatcher.dispatch_once()
                 if report.dispatch is None:
-                    self._sleep(waiter, _next_look(report.wait))
+                    due = _next_look(report.wait)
+                    if due is not None:
+                        looks.append(due)
                     continue
                 emit(report)
-                failures = failures + 1 if report.outcome == "failed" else 0
-                if failures:  # a failing channel is not hammered
-                    self._pause(min(2.0 ** (failures - 1), LONGEST_BACKOFF))
-        finally:
-            waiter.close()
+                sent = True
+                failed = report.outcome == "failed"
+                failures[dispatcher.channel] = failures[dispatcher.channel] + 1 if failed else 0
+                if failed:
+                    resting[dispatcher.channel] = time.monotonic() + min(
+                        2.0 ** (failures[dispatcher.channel] - 1), LONGEST_BACKOFF)
+            if not sent:
+                _sleep(waiter, stop, min(looks) if looks else None)
+    finally:
+        waiter.close()
 
-    def _sleep(self, waiter: Waiter, due: int | None) -> None:
-        delay = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, seconds_until(due))
-        with contextlib.suppress(Interrupted), self.stop.interruptible():
-            waiter.wait(max(delay, IDLE_FLOOR))
 
-    def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(Interrupted), self.stop.interruptible():
-            time.sleep(seconds)
+def _sleep(waiter: Waiter, stop: Stop, due: int | None) -> None:
+    delay = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, seconds_until(due))
+    with contextlib.suppress(Interrupted), stop.interruptible():
+        waiter.wait(max(delay, IDLE_FLOOR))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One channel as a dispatcher serves it: its policy (gap, mode), its quiet hours
+    and daily cap, its own sender command (None: the caller's)."""
+
+    name: str
+    policy: Policy
+    quiet: Quiet | None = None
+    sender: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A channel's quiet hours and daily cap, in the inbox's zone."""
+
+    zone: tzinfo
+    window: Window | None = None
+    max_per_day: int | None = None
+    urgent_in_quiet_hours: bool = True
+
+    def at(self, now: int) -> Limits | None:
+        if self.window is None and self.max_per_day is None:
+            return None
+        from agentbox.rules.quiet import limits
+
+        return limits(now, self.zone, self.window, self.max_per_day,
+                      self.urgent_in_quiet_hours)
 
 
 def _next_look(wait: Wait | None) -> int | None:

@@ -131,6 +131,20 @@ class Batch:
 class Message:
     body: str
     urgent: bool = False  # goes out at once, taking the other held messages with it
+    channel: str = "default"  # a channel of config.toml's [channels.NAME]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the run spent, counted against the daily budgets; each part optional."""
+
+    tokens: int | None = None
+    cost: float | None = None
+
+
+class TemporaryFailure(Exception):
+    """Not the events' fault (the model API is down): the handler exits 75, the events'
+    attempts are given back and they are tried again after a wait."""
 
 
 @dataclass(frozen=True)
@@ -158,12 +172,12 @@ class Reply:
     timers: Sequence[Timer] = field(default_factory=list)
     state: dict[str, Any] | None = None  # the agent's whole new state
     state_patch: dict[str, Any] | None = None  # or an RFC 7396 merge patch into it
+    usage: Usage | None = None
 
     def document(self) -> dict[str, Any]:
         """The reply in the handler protocol's JSON shape."""
-        return {
-            "messages": [{"body": m, "urgent": False} if isinstance(m, str)
-                         else {"body": m.body, "urgent": m.urgent} for m in self.messages],
+        doc: dict[str, Any] = {
+            "messages": [_message(m) for m in self.messages],
             "approvals": [{"id": a.id, "expires_in": a.expires_in, "action": a.action}
                           for a in self.approvals],
             "timers": [{"name": t.name, "in": t.after, "payload": t.payload or {}}
@@ -171,6 +185,10 @@ class Reply:
             **({} if self.state is None else {"state": self.state}),
             **({} if self.state_patch is None else {"state_patch": self.state_patch}),
         }
+        if self.usage is not None:
+            doc["usage"] = {k: v for k, v in (("tokens", self.usage.tokens),
+                                              ("cost", self.usage.cost)) if v is not None}
+        return doc
 
     def to_json(self) -> str:
         """The reply as ``agentbox run`` reads it, checked by the same rules first."""
@@ -179,6 +197,15 @@ class Reply:
         text = json.dumps(self.document(), ensure_ascii=False)
         parse(text)  # raises BadInput, naming the offending field, on a reply run would refuse
         return text
+
+
+def _message(message: str | Message) -> dict[str, Any]:
+    if isinstance(message, str):
+        return {"body": message, "urgent": False}
+    doc: dict[str, Any] = {"body": message.body, "urgent": message.urgent}
+    if message.channel != "default":
+        doc["channel"] = message.channel
+    return doc
 
 
 class Handler:
@@ -193,13 +220,17 @@ class Handler:
         return self.function(batch)
 
     def main(self, stdin: IO[bytes] | None = None, stdout: IO[str] | None = None) -> None:
-        """Read one batch, answer it, exit: 0 with the reply printed, 1 on any error."""
+        """Read one batch, answer it, exit: 0 with the reply printed, 75 on a
+        :class:`TemporaryFailure`, 1 on any other error."""
         raise SystemExit(self.run(stdin or sys.stdin.buffer, stdout or sys.stdout))
 
     def run(self, stdin: IO[bytes], stdout: IO[str]) -> int:
         try:
             reply = self.function(Batch.from_json(stdin.read()))
             text = "" if reply is None else reply.to_json()
+        except TemporaryFailure:
+            traceback.print_exc()
+            return 75  # EX_TEMPFAIL
         except Exception:
             traceback.print_exc()
             return 1

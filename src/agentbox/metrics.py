@@ -36,6 +36,10 @@ FAMILIES: tuple[tuple[str, str, Callable[[Vitals, int], list[Sample]]], ...] = (
      lambda v, now: [] if v.status.next_timer is None else [({}, v.status.next_timer.due)]),
     ("agentbox_inbox_bytes", "Bytes the inbox takes on disk.",
      lambda v, now: [({}, v.bytes)]),
+    ("agentbox_paused", "1 while the inbox is paused (a tripped breaker or a spent budget), "
+     "labelled with the reason; 0 with an empty reason otherwise.",
+     lambda v, now: [({"reason": ""}, 0) if v.status.paused is None
+                     else ({"reason": v.status.paused.reason}, 1)]),
 )
 
 

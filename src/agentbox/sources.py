@@ -123,20 +123,23 @@ class Setting(NamedTuple):
 Table = tuple[Mapping[str, Any], str]  # a table's keys, and its name: "users.U.sources.NAME"
 
 
-def tables(doc: Mapping[str, Any], path: Path, user: str) -> dict[str, list[Table]]:
-    """Every source named in ``doc``, with its tables from the shared one to the user's."""
+def tables(doc: Mapping[str, Any], path: Path, user: str,
+           kind: str = "sources") -> dict[str, list[Table]]:
+    """Every source (or, with ``kind="channels"``, channel) named in ``doc``, with its
+    tables from the shared one to the user's."""
     found: dict[str, list[Table]] = {}
     users = doc.get("users", {})
     mine = users.get(user, {}) if isinstance(users, dict) else {}
-    for table, prefix in ((doc.get("sources", {}), ""),
-                          (mine.get("sources", {}) if isinstance(mine, dict) else {},
+    for table, prefix in ((doc.get(kind, {}), ""),
+                          (mine.get(kind, {}) if isinstance(mine, dict) else {},
                            f"users.{user}.")):
         if not isinstance(table, dict):
-            raise UsageError(f"{path} [{prefix}sources] must be a table of per-source tables")
+            raise UsageError(f"{path} [{prefix}{kind}] must be a table of per-{kind[:-1]} "
+                             "tables")
         for name, values in table.items():
             if not isinstance(values, dict):
-                raise UsageError(f"{path} [{prefix}sources.{name}] must be a table")
-            found.setdefault(name, []).append((values, f"{prefix}sources.{name}"))
+                raise UsageError(f"{path} [{prefix}{kind}.{name}] must be a table")
+            found.setdefault(name, []).append((values, f"{prefix}{kind}.{name}"))
     return found
 
 

@@ -7,10 +7,12 @@ the same way; :mod:`agentbox.render` writes what they spell.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from datetime import tzinfo
+
+    from agentbox.rules.breaker import Pause
 
 # Bidi embedding, override and isolate controls: they reorder what follows them
 # on the line, so a key could be shown as another one.
@@ -91,3 +93,30 @@ def size(count: int | None) -> str:
             return f"{value:.1f} {unit}" if unit != "B" and value < 10 else f"{value:.0f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+# -- pauses (agentbox.rules.breaker) ------------------------------------------------
+
+
+def pause_notice(reason: str, spending: str, until: int | None) -> str:
+    """The urgent message a budget pause sends, once per pause."""
+    then = f" until {when(until)}" if until is not None else ""
+    return (f"agentbox paused this inbox ({reason} reached: {spending} today): runs claim "
+            f"nothing{then}; `agentbox resume` lifts it")
+
+
+def pause_document(pause: Pause | None) -> dict[str, Any] | None:
+    """A pause in JSON: ``{"reason", "since", "until"}``, or null."""
+    if pause is None:
+        return None
+    return {"reason": pause.reason, "since": pause.since, "until": pause.until}
+
+
+def describe_pause(pause: Pause | None) -> str:
+    """Why nothing was claimed, and until when, for people."""
+    if pause is None:
+        return "not paused"
+    then = (f"a probe run at {when(pause.until)}" if pause.kind == "breaker"
+            else f"until {when(pause.until)}")
+    return (f"paused since {when(pause.since)} ({pause.reason}): runs claim nothing; {then}; "
+            "`agentbox resume` lifts it")

@@ -22,6 +22,7 @@ from agentbox.ledger.inboxes import Inboxes
 from agentbox.ledger.status import Vitals
 from agentbox.ledger.store import Store
 from agentbox.rules import health
+from agentbox.rules.breaker import Pause
 from agentbox.rules.health import Check
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Lease
@@ -175,7 +176,21 @@ def diagnose(store: Store, now: int,
             health.lease(lease, now, holder_alive(lease)),
             health.running([(e.id, e.claim_gen) for e in running], lease, now),
             health.uncertain(vitals.status.outbox["uncertain"]),
-            health.pending(vitals.oldest_pending, now, pending_limit)]
+            health.pending(vitals.oldest_pending, now, pending_limit),
+            health.paused(_paused(vitals.status.paused, now))]
+
+
+def _paused(pause: Pause | None, now: int) -> str | None:
+    """What doctor says of a pause: since when, why, and until when (or that a probe is
+    due); None when the inbox is not paused."""
+    if pause is None:
+        return None
+    from agentbox.spelling import when
+
+    then = ("a probe run is due" if pause.until is not None and now >= pause.until
+            else f"until {when(pause.until)}")
+    return (f"paused since {when(pause.since)} ({pause.reason}), {then}; `agentbox resume` "
+            "lifts it")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,14 +32,18 @@ from agentbox.errors import AgentboxError, BadInput, Exit, NotAsAsked
 from agentbox.jsonutil import stored_value
 from agentbox.ledger.store import Store
 from agentbox.process import CommandNotStarted, run_child
-from agentbox.rules.answer import Answer, parse
+from agentbox.rules.answer import Answer, check_channels, parse
+from agentbox.rules.breaker import Pause
 from agentbox.rules.lease import new_holder_id, taken
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Event
+from agentbox.rules.records import DEFAULT_CHANNEL, Event
 from agentbox.rules.state import INITIAL, Version
+from agentbox.spelling import describe_pause, pause_document
 from agentbox.stopping import Interrupted, Stop
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     from agentbox.ledger.engine import Waiter
     from agentbox.upkeep import PruneReport
 
@@ -57,6 +61,8 @@ EXIT_CODES: dict[str, int] = {
     "busy": Exit.TEMPFAIL,    # another worker holds the lease
     "lost": Exit.TEMPFAIL,    # the lease lapsed while the handler ran; handler stopped
     "refused": Exit.TEMPFAIL,  # the fence refused the finish; nothing recorded
+    "paused": Exit.OK,        # the inbox is paused (breaker or budget): nothing claimed
+    "deferred": Exit.TEMPFAIL,  # the handler exited 75: attempts given back, retry later
 }
 
 
@@ -97,6 +103,13 @@ def _fates(after: Sequence[EventAfter], max_attempts: int | None) -> str:
     return "; ".join(said)
 
 
+def _retry(after: Sequence[EventAfter]) -> str:
+    from agentbox.spelling import when
+
+    times = [e.retry_at for e in after if e.retry_at is not None]
+    return f" until {when(min(times))}" if times else ""
+
+
 @dataclass(frozen=True)
 class RunReport:
     """What one run did, for a line of output or a JSON document."""
@@ -112,6 +125,7 @@ class RunReport:
     error: str | None = None
     events_after: tuple[EventAfter, ...] = ()  # a failed run: what became of each event
     max_attempts: int | None = None
+    paused: Pause | None = None  # the pause that kept the run from claiming
 
     def document(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "exit_code": self.exit_code,
@@ -119,7 +133,7 @@ class RunReport:
                 "timers_fired": self.timers_fired, "messages": self.messages,
                 "approvals": self.approvals, "timers": self.timers, "error": self.error,
                 "events_after": [e.document() for e in self.events_after],
-                "max_attempts": self.max_attempts}
+                "max_attempts": self.max_attempts, "paused": pause_document(self.paused)}
 
     def describe(self) -> str:
         """One line for people: generation, events, outcome."""
@@ -135,6 +149,9 @@ class RunReport:
             "busy": "the lease is held by another worker; nothing claimed",
             "lost": f"lease lost while the handler ran; {ids} left for the next worker",
             "refused": f"finish refused by the lease fence; {ids} left to the current holder",
+            "paused": describe_pause(self.paused),
+            "deferred": f"{ids} deferred{_retry(self.events_after)}: the handler exited 75 "
+                        "(a temporary failure), the attempts given back",
         }.get(self.outcome, self.error or f"{self.outcome}; {ids} not done")
         return f"{gen}{text}{fired}"
 
@@ -191,6 +208,7 @@ class Handled:
     error: str | None = None
     lost: bool = False
     killed: bool = False  # the handler was SIGKILLed on purpose (a rehearsal's fault)
+    tempfail: bool = False  # the handler exited 75: not the events' fault
 
 
 class Handler(Protocol):
@@ -212,6 +230,7 @@ class CommandHandler:
     timeout: int
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     kill_after: float | None = None  # SIGKILL it then: a fault a rehearsal injects
+    channels: Collection[str] = (DEFAULT_CHANNEL,)  # a message naming another is malformed
 
     def check(self) -> None:
         check_command(self.argv, self.env)
@@ -226,12 +245,15 @@ class CommandHandler:
         if result.stopped:  # only a failed heartbeat stops the child
             return Handled(lost=True)
         if not result.ok:
-            return Handled(error=f"handler {result.describe()}", killed=result.killed)
+            return Handled(error=f"handler {result.describe()}", killed=result.killed,
+                           tempfail=result.returncode == Exit.TEMPFAIL)
         tail = result.stderr_tail.strip()
         try:
             if result.stdout_truncated:
                 raise BadInput(f"handler output is larger than {len(result.stdout)} bytes")
-            return Handled(answer=parse(result.stdout))
+            answer = parse(result.stdout)
+            check_channels(answer, self.channels)
+            return Handled(answer=answer)
         except BadInput as exc:
             return Handled(error=f"handler output rejected: {exc}; it began "
                            + repr(result.stdout[:PREVIEW].decode("utf-8", "replace"))
@@ -250,6 +272,7 @@ class Worker:
     clock: Callable[[], int]
     holder: str = field(default_factory=new_holder_id)
     stop: Stop = field(default_factory=Stop)
+    zone: tzinfo | None = None  # the inbox's time zone: its local day bounds the budgets
     _renew_at: float = field(default=0.0, init=False, repr=False)  # monotonic
     _standing_by: tuple[str, int] | None = field(default=None, init=False, repr=False)
 
@@ -276,7 +299,12 @@ class Worker:
                 self.store.release(self.holder, generation, self.clock())
 
     def work(self, generation: int, fired: int = 0) -> RunReport:
-        """Claim one batch under a lease this worker holds, run the handler, record it."""
+        """Claim one batch under a lease this worker holds, run the handler, record it;
+        nothing while the inbox is paused."""
+        paused = self._gate()
+        if paused is not None:
+            return RunReport("paused", EXIT_CODES["paused"], generation, timers_fired=fired,
+                             paused=paused)
         events = self.store.claim(self.holder, generation, self.clock(), self.policy)
         if events is None:
             return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
@@ -288,6 +316,21 @@ class Worker:
         if self.stop.requested:
             return self._interrupted(generation, [e.id for e in events], fired)
         return self._handle(generation, events, fired)
+
+    def _gate(self) -> Pause | None:
+        """The pause in force (see :meth:`Store.gate`), the budgets' day read in
+        :attr:`zone` (UTC without one) only when there is a budget to check."""
+        from agentbox.rules.breaker import budgeted
+
+        now = self.clock()
+        day = (now, now)
+        if budgeted(self.policy):
+            from datetime import UTC
+
+            from agentbox.calendar import local_day
+
+            day = local_day(now, self.zone or UTC)
+        return self.store.gate(now, day, self.policy)
 
     def _busy_error(self) -> str:
         held = self.store.lease()
@@ -328,7 +371,8 @@ class Worker:
                                    f"{generation}); the handler was stopped and nothing "
                                    "was recorded")
         if outcome.error is not None:
-            return self._fail(generation, ids, fired, outcome.error)
+            return self._fail(generation, ids, fired, outcome.error,
+                              "deferred" if outcome.tempfail else "failed")
         return self._finish(generation, ids, fired, outcome.answer or Answer())
 
     def _finish(self, generation: int, ids: list[int], fired: int,
@@ -344,11 +388,14 @@ class Worker:
         return RunReport("done", EXIT_CODES["done"], generation, tuple(ids), fired,
                          len(answer.messages), len(answer.approvals), len(answer.timers))
 
-    def _fail(self, generation: int, ids: list[int], fired: int, error: str) -> RunReport:
+    def _fail(self, generation: int, ids: list[int], fired: int, error: str,
+              outcome: str = "failed") -> RunReport:
+        """A handler error (``failed``) or its exit 75 (``deferred``), recorded as such."""
         now = self.clock()
-        if not self.store.fail(self.holder, generation, now, ids, error, self.policy):
+        record = self.store.defer if outcome == "deferred" else self.store.fail
+        if not record(self.holder, generation, now, ids, error, self.policy):
             return self._refused(generation, ids, fired)
-        return RunReport("failed", EXIT_CODES["failed"], generation, tuple(ids), fired,
+        return RunReport(outcome, EXIT_CODES[outcome], generation, tuple(ids), fired,
                          error=error, events_after=self._after(ids, now),
                          max_attempts=self.policy.max_attempts)
 
@@ -410,6 +457,7 @@ class Worker:
         self.handler.check()
         waiter = self.store.waiter()
         held: int | None = None
+        said_pause: Pause | None = None  # a pause is said once, not on every look
         try:
             while not self.stop.requested:
                 if held is None:
@@ -421,11 +469,15 @@ class Worker:
                     continue
                 self.handler.check()
                 report = self.work(held, self.store.tick(self.clock(), self.policy))
-                if report.outcome != "idle":
+                if report.outcome == "paused":
+                    if report.paused != said_pause:
+                        emit(report)
+                    said_pause = report.paused
+                elif report.outcome != "idle":
                     emit(report)
                 if report.outcome in ("lost", "refused"):
                     held = None
-                elif report.outcome == "idle":
+                elif report.outcome in ("idle", "paused"):
                     self._prune(say)
                     due = self.store.next_work(self.clock())
                     self._sleep(waiter, due, self._renew_at)
@@ -475,11 +527,12 @@ class Worker:
 
 
 def run_until_empty(worker: Worker, limit: int = MAX_RUNS) -> list[RunReport]:
-    """Runs until one finds nothing to do, one does not exit 0, or ``limit`` runs."""
+    """Runs until one finds nothing to do (or the inbox paused), one does not exit 0, or
+    ``limit`` runs."""
     reports: list[RunReport] = []
     while len(reports) < limit and not worker.stop.requested:
         report = worker.run_once()
         reports.append(report)
-        if report.exit_code != 0 or report.outcome == "idle":
+        if report.exit_code != 0 or report.outcome in ("idle", "paused"):
             break
     return reports

@@ -79,6 +79,26 @@ def test_main_reads_a_batch_and_prints_the_reply() -> None:
     assert silent.getvalue() == ""
 
 
+def test_a_reply_names_channels_and_usage_and_a_temporary_failure_exits_75(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from agentbox.handler import TemporaryFailure, Usage
+
+    reply = Reply(messages=[Message("page", urgent=True, channel="pager")],
+                  usage=Usage(tokens=1200, cost=0.02))
+    assert reply.document()["messages"] == [{"body": "page", "urgent": True,
+                                             "channel": "pager"}]
+    assert json.loads(reply.to_json())["usage"] == {"tokens": 1200, "cost": 0.02}
+    assert Reply(usage=Usage(tokens=5)).document()["usage"] == {"tokens": 5}
+
+    def down(batch: object) -> Reply:
+        raise TemporaryFailure("the model API answered 503")
+
+    doc = json.dumps({"user": "u", "generation": 1, "events": []}).encode()
+    out = io.StringIO()
+    assert handler(down).run(io.BytesIO(doc), out) == 75
+    assert out.getvalue() == "" and "503" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("reply", [
     Reply(messages=[""]),
     Reply(approvals=[Approval("a", "soon", "x")]),

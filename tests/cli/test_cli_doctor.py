@@ -15,7 +15,7 @@ from support.clock import T0
 from support.fixtures import Cli
 
 NAMES = ["open", "integrity", "schema", "permissions", "wal", "lease", "running", "uncertain",
-         "pending", "config"]
+         "pending", "paused", "config"]
 
 
 def doctor(cli: Cli, *argv: str, now: int = T0) -> tuple[int, dict[str, tuple[bool, str]]]:

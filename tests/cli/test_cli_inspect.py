@@ -23,7 +23,8 @@ def status_doc(cli: Cli, *flags: str) -> dict[str, Any]:
 
 def assert_counts(doc: dict[str, Any]) -> None:
     """The status document of docs/design.md: every count an integer, zero included."""
-    assert set(doc) == {"user", "db", "events", "outbox", "lease", "next_timer"}
+    assert set(doc) == {"user", "db", "events", "outbox", "lease", "next_timer", "paused",
+                        "held"}
     assert set(doc["events"]) == {"pending", "running", "done", "dead"}
     assert set(doc["outbox"]) == {"held", "sending", "sent", "uncertain"}
     for group in ("events", "outbox"):
@@ -38,7 +39,7 @@ def test_status_of_a_new_inbox_is_all_zeros(cli: Cli, place: str) -> None:
                    "db": place if is_url(place) else str(Path(place) / "alice.sqlite3"),
                    "events": {"pending": 0, "running": 0, "done": 0, "dead": 0},
                    "outbox": {"held": 0, "sending": 0, "sent": 0, "uncertain": 0},
-                   "lease": None, "next_timer": None}
+                   "lease": None, "next_timer": None, "paused": None, "held": {}}
 
 
 def test_status_counts_lease_and_timer(cli: Cli, make_dead: Any,

@@ -108,7 +108,8 @@ def test_all_users_does_not_mix_with_one_named_database(cli: Cli, tmp_path: Path
     assert "data folder" in one_error(result.err)
 
 
-SAMPLE = re.compile(r'(agentbox_[a-z_]+)\{user="[A-Za-z0-9._-]+"(,state="[a-z]+")?\} (\d+)')
+SAMPLE = re.compile(
+    r'(agentbox_[a-z_]+)\{user="[A-Za-z0-9._-]+"(,state="[a-z]+"|,reason="[a-z ]*")?\} (\d+)')
 
 
 def strictly_parsed(text: str) -> dict[tuple[str, str, str], float]:
@@ -151,6 +152,7 @@ def test_metrics_are_prometheus_text(cli: Cli) -> None:
     assert samples[("agentbox_last_run_timestamp_seconds", "alice", "")] == T0
     assert samples[("agentbox_next_timer_timestamp_seconds", "alice", "")] == T0 + 60
     assert samples[("agentbox_inbox_bytes", "alice", "")] > 0
+    assert samples[("agentbox_paused", "alice", "")] == 0  # not paused, no reason
 
 
 def test_metrics_of_every_user_to_a_file(cli: Cli, tmp_path: Path) -> None:

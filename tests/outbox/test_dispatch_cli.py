@@ -61,7 +61,8 @@ def test_waiting_says_when_the_next_send_is_allowed(cli: Callable[..., Any],
     assert "1970-01-12T14:46:40Z (in 50m)" in result.err
     doc = json.loads(cli("dispatch", "--gap", "1h", "--json", now=T0 + 10 * MINUTE).out)
     assert doc == {"outcome": "waiting", "held": 1, "next_send_at": T0 + 3600,
-                   "in_flight": 0, "in_flight_until": None}
+                   "in_flight": 0, "in_flight_until": None, "channel": "default",
+                   "reason": "gap"}
     nothing = cli("dispatch", "--json", now=T0 + 2 * 3600)
     assert json.loads(nothing.out)["outcome"] == "sent"
     assert json.loads(cli("dispatch", "--json", now=T0 + 2 * 3600).out)["outcome"] == "nothing"
@@ -146,7 +147,8 @@ def test_sender_timeout_at_least_once_resends_after_the_deadline(
     deadline = T0 + 1 + CLAIM_GRACE
     early = cli("dispatch", "--json", "--", *sender.argv, now=deadline)
     assert json.loads(early.out) == {"outcome": "nothing", "held": 0, "next_send_at": None,
-                                     "in_flight": 1, "in_flight_until": deadline}
+                                     "in_flight": 1, "in_flight_until": deadline,
+                                     "channel": "default", "reason": None}
     again = cli("dispatch", "--json", "--", *sender.argv, now=deadline + 1)
     assert again.code == 0, again.err
     doc = json.loads(again.out)
@@ -214,7 +216,8 @@ def test_outbox_list_columns_and_all(cli: Callable[..., Any], cli_queue: Queue,
     assert [r["body"] for r in outbox_rows(cli)] == ["waiting"]
     rows = outbox_rows(cli, "--all")
     assert [list(r) for r in rows] == [["id", "state", "urgent", "dispatch_key", "created",
-                                        "sent", "error", "body"]] * 2
+                                        "sent", "error", "body", "channel",
+                                        "held_reason"]] * 2
     assert [(r["state"], r["sent"], r["created"]) for r in rows] == [("sent", T0, T0),
                                                                      ("held", None, T0 + 1)]
     assert [r["body"] for r in outbox_rows(cli, "--all", "--limit", "1")] == ["waiting"]

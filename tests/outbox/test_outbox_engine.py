@@ -77,7 +77,7 @@ def test_gap_counts_from_the_last_send(store: Store, queue: Queue) -> None:
     first = claimed(store, T0)
     store.settle_dispatch(first.key, "sent", T0 + 5, attempt=1)
     queue(T0 + 10, "second")
-    assert waited(store, T0 + GAP - 1) == Wait(1, T0 + GAP)
+    assert waited(store, T0 + GAP - 1) == Wait(1, T0 + GAP, reason="gap")
     assert claimed(store, T0 + GAP).body == "second"
 
 

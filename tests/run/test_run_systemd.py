@@ -78,6 +78,19 @@ def test_watch_makes_long_running_services(cli):
         assert "SuccessExitStatus" not in service  # a clean stop exits 0
 
 
+def test_the_dispatch_service_serves_every_channel(cli):
+    from agentbox import paths
+
+    paths.config_path().parent.mkdir(parents=True, exist_ok=True)
+    paths.config_path().write_text('[channels.sms]\nsender = "/bin/true"\ngap = "4h"\n')
+    result = cli("systemd", "--watch", "--", "/bin/true")
+    assert result.code == 0, result.err
+    assert "the dispatch service serves every channel: default, sms" in result.err
+    found = generate(cli, "--watch", "--", "/bin/true")
+    # One `dispatch --watch` serves them all, each by its own sender and gap.
+    assert exec_start(found["agentbox-alice-dispatch.service"])[5:] == ["dispatch", "--watch"]
+
+
 def test_serve_joins_the_timers_too(cli):
     found = generate(cli, "--serve", "--", "/bin/true")
     assert "agentbox-alice-serve.service" in found and "agentbox-alice-run.timer" in found

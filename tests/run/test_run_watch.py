@@ -87,7 +87,7 @@ def test_a_timer_falling_due_starts_a_run(cli, start_watcher, handler, tmp_path,
     assert json.loads(line) == {
         "outcome": "done", "exit_code": 0, "generation": 1, "events": [event["id"]],
         "timers_fired": 1, "messages": 1, "approvals": 0, "timers": 0, "error": None,
-        "events_after": [], "max_attempts": None}
+        "events_after": [], "max_attempts": None, "paused": None}
 
 
 def test_sigterm_mid_handler_gives_the_event_back_and_stops_its_whole_tree(

@@ -72,8 +72,9 @@ def test_a_gap_counting_failed_sends_breaks_the_failed_send_case(
     from agentbox.ledger import outbox
     from agentbox.ledger.engine import Tx
 
-    def any_claim(tx: Tx) -> int | None:
-        row = tx.one("SELECT MAX(claimed_at) FROM dispatches WHERE inbox_id = :box")
+    def any_claim(tx: Tx, channel: str) -> int | None:
+        row = tx.one("""SELECT MAX(claimed_at) FROM dispatches
+                        WHERE inbox_id = :box AND channel = :channel""", channel=channel)
         return None if row is None or row[0] is None else int(row[0])
 
     monkeypatch.setattr(outbox, "_last_send", any_claim)

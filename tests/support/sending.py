@@ -20,7 +20,7 @@ env = os.environ
 entry = {"pid": os.getpid(), "at": time.time(), "body": body,
          "key": env.get("AGENTBOX_DISPATCH_KEY"), "attempt": env.get("AGENTBOX_DISPATCH_ATTEMPT"),
          "urgent": env.get("AGENTBOX_DISPATCH_URGENT"), "user": env.get("AGENTBOX_USER"),
-         "db": env.get("AGENTBOX_DB")}
+         "db": env.get("AGENTBOX_DB"), "channel": env.get("AGENTBOX_CHANNEL")}
 with open(env["SENDER_LOG"], "a") as fh:
     fh.write(json.dumps(entry) + "\n")
 release = env.get("SENDER_WAIT_FOR")

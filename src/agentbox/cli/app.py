@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "state": "durable_cmds",
     "steps": "durable_cmds",
     "status": "inbox_cmds",
+    "resume": "inbox_cmds",
+    "usage": "inbox_cmds",
     "events": "events_cmds",
     "dead": "inbox_cmds",
     "replay": "inbox_cmds",

@@ -12,17 +12,28 @@ from agentbox.errors import Exit
 def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[bool, typer.Option(
         "--all-users", help="Every user's inbox, as `agentbox inboxes` lists them.")] = False,
            ) -> None:
-    """Counts by state, the lease, the next timer and the held messages."""
+    """Counts by state, the lease, the next timer, the held messages and any pause."""
     from agentbox import render
+    from agentbox.spelling import describe_pause, pause_document
 
     if all_users:
         from agentbox.cli.upkeep_cmds import show_inboxes
 
         show_inboxes(ctx, as_json)
         return
+    from agentbox.cli.dispatch_cmds import held_text, held_waits
+
     sess = session(ctx)
     store = sess.store()
     state = store.status()
+    waits = {}
+    if state.outbox["held"]:
+        from agentbox.errors import UsageError
+
+        try:
+            waits = held_waits(sess)
+        except UsageError as exc:  # a channel written wrong must not hide the status
+            render.notice(f"held messages' reasons unknown: {exc}")
     lease = state.lease
     timer = state.next_timer
     doc = {
@@ -35,6 +46,10 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
                                              "until": lease.until,
                                              "released": lease.released},
         "next_timer": None if timer is None else {"name": timer.name, "due": timer.due},
+        "paused": pause_document(state.paused),
+        "held": {name: {"messages": w.held, "reason": w.reason,
+                        "until": w.until if w.reason is not None else None}
+                 for name, w in waits.items() if w is not None},
     }
     if as_json:
         render.document(doc)
@@ -56,7 +71,31 @@ def status(ctx: typer.Context, as_json: JsonFlag = False, all_users: Annotated[b
         ("outbox", ", ".join(f"{n} {s}" for s, n in state.outbox.items())),
         ("lease", lease_text),
         ("next timer", "none" if timer is None else f"{timer.name} at {render.when(timer.due)}"),
+        ("paused", "no" if state.paused is None else describe_pause(state.paused)),
+        *[(f"held on {name}", held_text(w, now)) for name, w in waits.items()
+          if w is not None and w.reason not in (None, "gap")],
     ], title="agentbox status")
+
+
+@app.command()
+def resume(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Lift the inbox's pause (a tripped breaker or a spent budget).
+
+    A budget pause stays lifted for the rest of its local day: the budget is
+    not checked again until the next. Exit 0 either way; "not paused" when
+    there was none.
+    """
+    from agentbox import render
+    from agentbox.spelling import pause_document
+
+    sess = session(ctx)
+    lifted = sess.store().resume(sess.now())
+    if as_json:
+        render.document({"resumed": lifted is not None, "paused": pause_document(lifted)})
+    elif lifted is None:
+        render.line("not paused")
+    else:
+        render.line(f"resumed (was paused since {render.when(lifted.since)}: {lifted.reason})")
 
 
 dead_app = typer.Typer(help="Events that ran out of attempts.", no_args_is_help=False,
@@ -134,3 +173,32 @@ def replay(
             event = store.event(i)
             render.line(f"event {i} is {event.status if event else 'gone'}, not dead: left alone")
     raise typer.Exit(Exit.NOT_AS_ASKED if left else Exit.OK)
+
+
+UsageLimit = Annotated[Optional[int], typer.Option(  # noqa: UP045
+    "--limit", "-n", min=1, help="Show at most the newest N runs.", show_default=False)]
+
+
+@app.command()
+def usage(ctx: typer.Context, limit: UsageLimit = None, as_json: JsonFlag = False) -> None:
+    """What the runs' answers said they spent, newest first, and today's totals (the
+    local day of the `timezone` setting, which the budgets count)."""
+    from agentbox import render
+    from agentbox.calendar import local_day
+
+    sess = session(ctx)
+    store = sess.store()
+    day = local_day(sess.now(), sess.zone())
+    tokens, cost = store.spent(day)
+    runs = [{"at": r.at, "generation": r.generation, "events": list(r.events),
+             "tokens": r.tokens, "cost": r.cost} for r in store.usage(limit)]
+    today = {"tokens": int(tokens), "cost": cost}
+    if as_json:
+        render.document({"today": today, "day": {"start": day[0], "end": day[1]},
+                         "runs": runs})
+        return
+    render.line(f"today (from {render.when(day[0])}): {today['tokens']} tokens, cost {cost:g}")
+    render.records(runs, ["at", "generation", "events", "tokens", "cost"], False,
+                   title="usage by run", empty="no run reported usage",
+                   human={"at": render.when,
+                          "events": lambda ids: ", ".join(map(str, ids))})

@@ -170,6 +170,7 @@ def rehearse(
     usage error, 65 for an unreadable export.
     """
     from agentbox import render
+    from agentbox.cli.dispatch_cmds import channel_plans
     from agentbox.cli.options import command_flag
     from agentbox.errors import UsageError
     from agentbox.rehearsal import rehearse as replay
@@ -187,9 +188,10 @@ def rehearse(
     if not settings.handler:
         raise UsageError(NO_HANDLER)
     traffic = _loaded(from_file) if from_file is not None else _recorded(sess, since, until)
+    plans = channel_plans(sess, settings)
     sess.close()  # the live inbox is not needed again: nothing holds it open meanwhile
     report = replay(traffic, settings.policy, settings.handler,
-                    sess.user_or_none() or traffic.header.user, spec, seed)
+                    sess.user_or_none() or traffic.header.user, spec, seed, channels=plans)
     code = report.exit_code(fail_on_diff)
     for key, exported, in_force in report.settings_differ:
         render.notice(f"{key} is {in_force} here; the export was made under {exported}")

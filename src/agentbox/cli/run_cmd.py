@@ -76,11 +76,16 @@ def run(
     settings = sess.settings(flags)
     if not settings.handler:
         raise UsageError(NO_HANDLER)
+    from agentbox import channels, paths
+    from agentbox.rules.breaker import budgeted
     from agentbox.worker import CommandHandler, Worker
 
+    known = channels.names(paths.config_path(), sess.user)
     worker = Worker(store=sess.store(), policy=settings.policy,
-                    handler=CommandHandler(settings.handler, settings.policy.handler_timeout),
-                    user=sess.user, db=sess.db_target, clock=sess.now)
+                    handler=CommandHandler(settings.handler, settings.policy.handler_timeout,
+                                           channels=known),
+                    user=sess.user, db=sess.db_target, clock=sess.now,
+                    zone=sess.zone() if budgeted(settings.policy) else None)
     if watch:
         _watch(worker, as_json)
     else:
@@ -105,7 +110,8 @@ def _once(worker: "Worker", until_empty: bool, as_json: bool) -> None:
         if pruned is not None and pruned.counts.total:
             render.line(pruned.describe())
     last = reports[-1] if reports else None
-    if until_empty and code == 0 and last is not None and last.outcome != "idle":
+    if until_empty and code == 0 and last is not None and last.outcome not in ("idle",
+                                                                                "paused"):
         render.notice(f"stopped after {MAX_RUNS} runs; more events may be waiting")
     if code != 0:
         render.error(last.error if last is not None and last.error else "interrupted")
@@ -182,10 +188,17 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
         settings = config.resolve(paths.config_path(), user, flags)
         if not settings.handler:
             raise UsageError(NO_HANDLER)
-        handler = CommandHandler(settings.handler, settings.policy.handler_timeout)
+        from agentbox import channels
+
+        handler = CommandHandler(settings.handler, settings.policy.handler_timeout,
+                                 channels=channels.names(paths.config_path(), user))
         handler.check()
+        from agentbox.calendar import local_zone
+        from agentbox.rules.breaker import budgeted
+
+        zone = local_zone(settings.timezone) if budgeted(settings.policy) else None
         return Worker(store=store, policy=settings.policy, handler=handler, user=user,
-                      db=store.location, clock=sess.now)
+                      db=store.location, clock=sess.now, zone=zone)
 
     inboxes = open_inboxes(target)
     try:

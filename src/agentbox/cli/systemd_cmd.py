@@ -383,6 +383,7 @@ def systemd(
         render.notice("no sender is configured yet: until you set one with `agentbox config "
                       "set sender CMD` (or pass --via), the dispatch service writes each "
                       "message to the journal and counts it as sent")
+    _say_channels(sess.user, sender_argv is not None)
     exec_argv = [*_agentbox_argv(), "--user", sess.user]
     if sess.db_flag is not None:
         exec_argv += ["--db", sess.db_target]
@@ -459,3 +460,15 @@ def _write(directory: Path, texts: dict[str, str], force: bool) -> dict[str, str
         except OSError as exc:
             raise AgentboxError(f"cannot write {path}: {exc.strerror or exc}") from None
     return status
+
+
+def _say_channels(user: str, via: bool) -> None:
+    """The dispatch service serves every channel config.toml has, each by its own sender
+    unless --via names one for all of them: say which, when there is more than one."""
+    from agentbox import channels, paths, render
+
+    names = sorted(channels.names(paths.config_path(), user))
+    if len(names) < 2:
+        return
+    render.notice(f"the dispatch service serves every channel: {', '.join(names)}"
+                  + ("; --via sends all of them through one sender" if via else ""))

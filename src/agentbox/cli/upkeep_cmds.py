@@ -13,10 +13,13 @@ if TYPE_CHECKING:
 
 AllUsersFlag = Annotated[bool, typer.Option(
     "--all-users", help="Every user's inbox under the data folder.")]
-INBOX_COLUMNS = ["user", "pending", "running", "done", "dead", "size", "last activity"]
+INBOX_COLUMNS = ["user", "pending", "running", "done", "dead", "size", "last activity",
+                 "paused"]
 
 
 def _survey_doc(found: "Survey") -> dict[str, Any]:
+    from agentbox.spelling import pause_document
+
     v = found.vitals
     if v is None:
         return {"user": found.user, "db": found.location, "error": found.error}
@@ -28,7 +31,7 @@ def _survey_doc(found: "Survey") -> dict[str, Any]:
             "lease": None if lease is None else {"holder": lease.holder,
                                                  "generation": lease.generation,
                                                  "until": lease.until},
-            "error": None}
+            "paused": pause_document(v.status.paused), "error": None}
 
 
 def _survey(sess: "Session") -> "list[Survey]":
@@ -55,7 +58,8 @@ def show_inboxes(ctx: typer.Context, as_json: bool) -> None:
     rows = [{"user": d["user"], **(d.get("events") or {}),
              "size": render.size(d.get("bytes")),
              "last activity": "unreadable" if d["error"] is not None
-             else render.when(d.get("last_activity"))} for d in docs]
+             else render.when(d.get("last_activity")),
+             "paused": (d.get("paused") or {}).get("reason") or "-"} for d in docs]
     render.records(rows, INBOX_COLUMNS, False, title="inboxes", empty="none yet")
 
 

@@ -29,15 +29,18 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
                 "done", "created_at", "cron", "tz"), "name"),
     "approvals": (("id", "action", "requested_at", "expires_at"), "id"),
     "outbox": (("id", "body", "urgent", "state", "dispatch_key", "generation", "created_at",
-                "sent_at", "error"), "id"),
+                "sent_at", "error", "channel"), "id"),
     "dispatches": (("seq", "key", "mode", "state", "body", "urgent", "claimed_at", "deadline",
-                    "tries", "max_tries", "finished_at", "error"), "seq"),
+                    "tries", "max_tries", "finished_at", "error", "channel"), "seq"),
     "pruned_keys": (("source", "source_id", "digest", "event_id", "until"),
                     "source, source_id"),
     "epochs": (("epoch", "prefix", "first_event", "started_at"), "epoch"),
     "state_versions": (("version", "state", "updated_at", "generation", "author"), "version"),
     "steps": (("key", "status", "attempts", "generation", "started_at", "finished_at",
                "exit_code", "output", "error"), "key"),
+    "pauses": (("kind", "reason", "since", "until", "streak", "streak_event",
+                "streak_distinct", "waived_until"), "inbox_id"),
+    "run_usage": (("id", "at", "generation", "events", "tokens", "cost"), "id"),
 }
 
 

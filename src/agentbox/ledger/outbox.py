@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from agentbox.ledger import history
 from agentbox.ledger.core import KEY_PREFIX, Core
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
-from agentbox.rules.records import OPEN_OUTBOX_STATES, SendOutcome
+from agentbox.rules.records import DEFAULT_CHANNEL, OPEN_OUTBOX_STATES, SendOutcome
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Engine, Tx
+    from agentbox.ledger.engine import Engine, Reader, Tx
     from agentbox.rules.answer import Message
     from agentbox.rules.outbox import Dispatch, OutboxMessage, Wait
+    from agentbox.rules.quiet import Limits
 
 
 def queue_in(engine: Engine, tx: Tx, now: int, generation: int | None,
@@ -31,11 +32,12 @@ def queue_in(engine: Engine, tx: Tx, now: int, generation: int | None,
     if not messages:
         return []
     values = ", ".join(f"({engine.new_id('outbox', n + 1)}, :box, :body{n}, :urgent{n}, "
-                       ":generation, :now)" for n in range(len(messages)))
+                       f":generation, :now, :channel{n})" for n in range(len(messages)))
     params: dict[str, Any] = {f"body{n}": m.body for n, m in enumerate(messages)}
     params.update({f"urgent{n}": m.urgent for n, m in enumerate(messages)})
+    params.update({f"channel{n}": m.channel for n, m in enumerate(messages)})
     ids = sorted(int(r[0]) for r in tx.rows(
-        f"""INSERT INTO outbox (id, inbox_id, body, urgent, generation, created_at)
+        f"""INSERT INTO outbox (id, inbox_id, body, urgent, generation, created_at, channel)
             VALUES {values} RETURNING id""", generation=generation, now=now, **params))
     history.record_many(tx, now, "message", "queued", ((i, generation, None) for i in ids))
     return ids
@@ -89,16 +91,18 @@ def _park(tx: Tx, key: str, now: int, error: str) -> None:
 Expired = tuple[str, str, str, bool, int, int]  # key, mode, body, urgent, tries, max_tries
 
 
-def _park_expired(tx: Tx, now: int) -> list[Expired]:
+def _park_expired(tx: Tx, now: int, channel: str | None = None) -> list[Expired]:
     """Park the claims past their deadline (their dispatcher is gone, or a failed
-    try's backoff is over) that may not be tried again; the others, oldest first."""
+    try's backoff is over) that may not be tried again; the others, oldest first.
+    Of one channel, or of all (``channel`` None)."""
     from agentbox.rules import outbox as rules
 
     left: list[Expired] = []
     for key, mode, body, urgent, tries, max_tries in tx.rows(
-            """SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
-               WHERE inbox_id = :box AND state = 'sending' AND deadline < :now
-               ORDER BY seq""", now=now):
+            f"""SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
+                WHERE inbox_id = :box AND state = 'sending' AND deadline < :now
+                {'' if channel is None else 'AND channel = :channel'}
+                ORDER BY seq""", now=now, channel=channel):
         if rules.on_expiry(str(mode), int(tries), int(max_tries)) == "resend":
             left.append((str(key), str(mode), str(body), bool(urgent), int(tries),
                          int(max_tries)))
@@ -107,7 +111,7 @@ def _park_expired(tx: Tx, now: int) -> list[Expired]:
     return left
 
 
-def _take_over(tx: Tx, now: int, timeout: int) -> Dispatch | None:
+def _take_over(tx: Tx, now: int, timeout: int, channel: str) -> Dispatch | None:
     """Park what may not be tried again; take over the oldest claim that may.
 
     The resend is a new claim of the same key: its deadline and its claim time
@@ -116,7 +120,7 @@ def _take_over(tx: Tx, now: int, timeout: int) -> Dispatch | None:
     from agentbox.rules import outbox as rules
     from agentbox.rules.outbox import Dispatch
 
-    left = _park_expired(tx, now)
+    left = _park_expired(tx, now, channel)
     if not left:
         return None
     key, mode, body, urgent, tries, max_tries = left[0]
@@ -128,10 +132,10 @@ def _take_over(tx: Tx, now: int, timeout: int) -> Dispatch | None:
     history.record(tx, now, "dispatch", key, "resending",
                    detail=rules.resend_detail(tries + 1, max_tries))
     history.record_many(tx, now, "message", "resending", ((i, None, key) for i in ids))
-    return Dispatch(key, mode, body, ids, urgent, tries + 1, deadline, max_tries)
+    return Dispatch(key, mode, body, ids, urgent, tries + 1, deadline, max_tries, channel)
 
 
-def _last_send(tx: Tx) -> int | None:
+def _last_send(tx: Tx, channel: str) -> int | None:
     """When the outbox last spoke (or may have): the gap counts from here.
 
     Failed sends (certainly not delivered) and dispatches an operator resolved
@@ -141,42 +145,80 @@ def _last_send(tx: Tx) -> int | None:
 
     spoke = "(" + ", ".join(f"'{s}'" for s in SPOKE_STATES) + ")"
     row = tx.one(f"""SELECT MAX(claimed_at) FROM dispatches
-                     WHERE inbox_id = :box AND state IN {spoke}""")
+                     WHERE inbox_id = :box AND state IN {spoke} AND channel = :channel""",
+                 channel=channel)
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _in_flight(tx: Tx) -> tuple[int, int | None]:
+def _sent_in(tx: Reader, channel: str, day: tuple[int, int] | None) -> int:
+    """The channel's sends (that may have spoken) claimed in the local day, for a cap."""
+    from agentbox.rules.outbox import SPOKE_STATES
+
+    if day is None:
+        return 0
+    spoke = "(" + ", ".join(f"'{s}'" for s in SPOKE_STATES) + ")"
+    row = tx.one(f"""SELECT COUNT(*) FROM dispatches
+                     WHERE inbox_id = :box AND state IN {spoke} AND channel = :channel
+                       AND claimed_at >= :start AND claimed_at < :end""",
+                 channel=channel, start=day[0], end=day[1])
+    return 0 if row is None else int(row[0])
+
+
+def _in_flight(tx: Tx, channel: str) -> tuple[int, int | None]:
     row = tx.one("""SELECT COUNT(*), MIN(deadline) FROM dispatches
-                    WHERE inbox_id = :box AND state = 'sending'""")
+                    WHERE inbox_id = :box AND state = 'sending' AND channel = :channel""",
+                 channel=channel)
     assert row is not None
     return int(row[0]), None if row[1] is None else int(row[1])
+
+
+def _wait(tx: Reader, now: int, gap: int, channel: str, limits: Limits | None,
+          flags: list[bool]) -> Wait | None:
+    """Why the held messages (their urgent flags) of a channel wait, or None: they go."""
+    from agentbox.rules import outbox as rules
+    from agentbox.rules.outbox import Wait
+    from agentbox.rules.quiet import Limits
+
+    limits = limits or Limits()
+    last = _last_send(tx, channel)  # type: ignore[arg-type]
+    sent = _sent_in(tx, channel, limits.day) if limits.max_per_day is not None else 0
+    held = rules.held_by(flags, last, gap, now, limits, sent)
+    if held is None and flags:
+        return None
+    reason, until = held if held is not None else (None, rules.next_allowed(last, gap))
+    return Wait(len(flags), until, *_in_flight(tx, channel), reason)  # type: ignore[arg-type]
 
 
 class Outbox(Core):
     """Held messages, claimed for a send, settled by the sender's word."""
 
     def claim_dispatch(self, now: int, mode: str, gap: int, timeout: int,
-                       max_tries: int = DEFAULT_MAX_SEND_TRIES) -> Dispatch | Wait:
-        """Claim the next send (an overdue resend of a key first), or say why not.
+                       max_tries: int = DEFAULT_MAX_SEND_TRIES, channel: str = DEFAULT_CHANNEL,
+                       limits: Limits | None = None) -> Dispatch | Wait:
+        """Claim the next send of ``channel`` (an overdue resend of a key first), or say
+        why not.
 
         ``mode`` and ``max_tries`` are recorded on a new claim and hold for all
         its tries; a resend keeps those of its claim. What a try's word does is
-        :func:`agentbox.rules.outbox.on_settle`.
+        :func:`agentbox.rules.outbox.on_settle`; what holds a channel's messages
+        (gap, quiet hours, daily cap), :func:`agentbox.rules.outbox.held_by`.
+        Channels never wait for each other: each has its own rows, gap and keys.
         """
         from agentbox.rules import outbox as rules
-        from agentbox.rules.outbox import Dispatch, Wait
+        from agentbox.rules.outbox import Dispatch
 
         rules.check_claim(mode, gap, timeout, max_tries)
         with self._locked() as (tx, _):
-            resend = _take_over(tx, now, timeout)
+            resend = _take_over(tx, now, timeout, channel)
             if resend is not None:
                 return resend
-            held = tx.rows("""SELECT id, body, urgent FROM outbox
-                              WHERE inbox_id = :box AND state = 'held' ORDER BY id""")
-            last = _last_send(tx)
+            held = tx.rows("""SELECT id, body, urgent FROM outbox WHERE inbox_id = :box
+                              AND state = 'held' AND channel = :channel ORDER BY id""",
+                           channel=channel)
+            wait = _wait(tx, now, gap, channel, limits, [bool(u) for _, _, u in held])
+            if wait is not None:
+                return wait
             flags = [bool(u) for _, _, u in held]
-            if not rules.may_send(flags, last, gap, now):
-                return Wait(len(held), rules.next_allowed(last, gap), *_in_flight(tx))
             urgent = any(flags)
             row = tx.one("""UPDATE inboxes SET dispatch_seq = dispatch_seq + 1
                             WHERE id = :box RETURNING dispatch_seq""")
@@ -186,19 +228,35 @@ class Outbox(Core):
             body = rules.merged([str(b) for _, b, _ in held])
             deadline = rules.claim_deadline(now, timeout)
             tx.run("""INSERT INTO dispatches (inbox_id, seq, key, mode, body, urgent,
-                                              claimed_at, deadline, max_tries)
+                                              claimed_at, deadline, max_tries, channel)
                       VALUES (:box, :seq, :key, :mode, :body, :urgent, :now, :deadline,
-                              :max_tries)""", seq=seq, key=key, mode=mode, body=body,
-                   urgent=urgent, now=now, deadline=deadline, max_tries=max_tries)
+                              :max_tries, :channel)""", seq=seq, key=key, mode=mode,
+                   body=body, urgent=urgent, now=now, deadline=deadline, max_tries=max_tries,
+                   channel=channel)
             ids = tuple(int(i) for i, _, _ in held)
             # Every held row was read under the lock: the newest id bounds them all.
             tx.run("""UPDATE outbox SET state = 'sending', dispatch_key = :key
-                      WHERE inbox_id = :box AND state = 'held' AND id <= :last""",
-                   key=key, last=ids[-1])
+                      WHERE inbox_id = :box AND state = 'held' AND channel = :channel
+                        AND id <= :last""", key=key, last=ids[-1], channel=channel)
             history.record(tx, now, "dispatch", key, "claimed",
                            detail=f"{len(ids)} message(s), {mode}{', urgent' if urgent else ''}")
             history.record_many(tx, now, "message", "sending", ((i, None, key) for i in ids))
-            return Dispatch(key, mode, body, ids, urgent, 1, deadline, max_tries)
+            return Dispatch(key, mode, body, ids, urgent, 1, deadline, max_tries, channel)
+
+    def channel_wait(self, now: int, gap: int, channel: str = DEFAULT_CHANNEL,
+                     limits: Limits | None = None) -> Wait | None:
+        """Why the channel's held messages wait now (as a claim would find them), or None
+        when they may go; reads only (for `outbox` and `status`)."""
+        reader = self._read()
+        held = reader.rows("""SELECT urgent FROM outbox WHERE inbox_id = :box
+                              AND state = 'held' AND channel = :channel""", channel=channel)
+        return _wait(reader, now, gap, channel, limits, [bool(u) for (u,) in held])
+
+    def channels_held(self) -> dict[str, int]:
+        """The held messages of each channel that has any."""
+        return {str(c): int(n) for c, n in self._read().rows(
+            """SELECT channel, COUNT(*) FROM outbox WHERE inbox_id = :box AND state = 'held'
+               GROUP BY channel ORDER BY channel""")}
 
     def settle_dispatch(self, key: str, outcome: SendOutcome, now: int,
                         error: str | None = None, *, attempt: int) -> bool:
@@ -279,9 +337,10 @@ class Outbox(Core):
 
         chosen, params = among("state", list(states))
         rows = self._read().rows(
-            f"""SELECT id, body, urgent, state, dispatch_key, created_at, sent_at, error
+            f"""SELECT id, body, urgent, state, dispatch_key, created_at, sent_at, error,
+                       channel
                 FROM outbox WHERE inbox_id = :box AND state IN {chosen}
                 ORDER BY id DESC LIMIT :limit""", limit=limit, **params)
         return [OutboxMessage(int(i), str(b), bool(u), str(s), k, int(c),
-                              None if t is None else int(t), e)
-                for i, b, u, s, k, c, t, e in reversed(rows)]
+                              None if t is None else int(t), e, str(ch))
+                for i, b, u, s, k, c, t, e, ch in reversed(rows)]

@@ -104,7 +104,8 @@ def _fenced(tx: Tx, lease: Lease | None, holder: str, generation: int, now: int,
 
 # What rules.inbox.next_work needs of an inbox, in one query: a pending event
 # available now (found by the index, without taking the minimum over a long
-# queue), else the earliest; whether any is running; the next timer; the lease.
+# queue), else the earliest; whether any is running; the next timer; the end of
+# a pause; the lease.
 _WORK = f"""
 SELECT i.id,
        COALESCE((SELECT available_at FROM events e WHERE e.inbox_id = i.id
@@ -113,6 +114,7 @@ SELECT i.id,
                  AND status = 'pending')),
        EXISTS (SELECT 1 FROM events e WHERE e.inbox_id = i.id AND status = 'running'),
        (SELECT MIN(due) FROM timers t WHERE t.inbox_id = i.id AND NOT done),
+       (SELECT until FROM pauses p WHERE p.inbox_id = i.id AND kind IS NOT NULL),
        {LEASE_COLUMNS}
 FROM inboxes i"""
 
@@ -126,11 +128,13 @@ def next_work_of(reader: Reader, boxes: Collection[int], now: int) -> dict[int, 
         return {}
     chosen, params = among("b", sorted(boxes))
     found: dict[int, int] = {}
-    for box, first, running, timer, *lease in reader.rows(f"{_WORK} WHERE i.id IN {chosen}",
-                                                          now=now, **params):
+    for box, first, running, timer, paused, *lease in reader.rows(
+            f"{_WORK} WHERE i.id IN {chosen}", now=now, **params):
         due = rules.next_work(None if first is None else int(first),
                               None if timer is None else int(timer), bool(running),
                               lease_of(tuple(lease)), now)
+        if due is not None and paused is not None:  # a pause holds every run back
+            due = max(due, int(paused))
         if due is not None:
             found[int(box)] = due
     return found
@@ -191,6 +195,7 @@ class Runs(Core):
         from agentbox.ledger.approvals import request_in
         from agentbox.ledger.links import check_links_in
         from agentbox.ledger.outbox import queue_in
+        from agentbox.ledger.pause import succeeded_in, usage_in
         from agentbox.ledger.state import change_in
         from agentbox.ledger.timers import add_in
         from agentbox.rules.answer import Answer
@@ -214,18 +219,22 @@ class Runs(Core):
             for follow_up in answer.timers:
                 add_in(tx, follow_up.to_timer(now), now, replace=True)
             change_in(tx, answer.state, now, generation, policy)
+            usage_in(tx, now, generation, done, answer.usage)
+            succeeded_in(tx, now, generation)
             return True
 
     def fail(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,
              policy: Policy) -> bool:
         """Record a handler error: retry after the backoff, or dead on the last attempt.
         Fenced like :meth:`finish`."""
+        from agentbox.ledger.pause import failed_in
         from agentbox.rules import inbox as rules
 
         with self._locked() as (tx, lease):
             mine = _fenced(tx, lease, holder, generation, now, ids)
             if mine is None:
                 return False
+            failed_in(tx, now, generation, sorted(mine), policy)
             for event_id, attempts in sorted(mine.items()):
                 then = rules.after_failure(attempts, now, policy)
                 tx.run("""UPDATE events SET status = :status, error = :error,
@@ -236,6 +245,32 @@ class Runs(Core):
                 if then.dead_reason is not None:
                     history.record(tx, now, "event", event_id, "dead", generation,
                                    then.dead_reason)
+            return True
+
+    def defer(self, holder: str, generation: int, now: int, ids: Sequence[int], error: str,
+              policy: Policy) -> bool:
+        """Record a handler's temporary failure (it exited 75): the attempts given back,
+        the events pending after the wait :mod:`agentbox.rules.breaker` sets, never
+        dead; the run counts towards the breaker. Fenced like :meth:`finish`."""
+        from agentbox.ledger.pause import failed_in
+        from agentbox.rules import breaker
+        from agentbox.rules import inbox as rules
+
+        with self._locked() as (tx, lease):
+            mine = _fenced(tx, lease, holder, generation, now, ids)
+            if mine is None:
+                return False
+            failed_in(tx, now, generation, sorted(mine), policy)
+            available_at = breaker.tempfail_at(now, policy)
+            tx.many("""UPDATE events SET status = 'pending', attempts = :attempts,
+                           error = :error, available_at = :available_at, updated_at = :now
+                       WHERE inbox_id = :box AND id = :id""",
+                    [{"id": i, "attempts": rules.given_back(a), "error": error,
+                      "available_at": available_at, "now": now}
+                     for i, a in sorted(mine.items())])
+            history.record_many(tx, now, "event", "deferred",
+                                ((i, generation, f"{error}; attempt {a} given back")
+                                 for i, a in sorted(mine.items())))
             return True
 
     def interrupt(self, holder: str, generation: int, now: int, ids: Sequence[int]) -> bool:

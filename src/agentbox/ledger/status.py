@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentbox.rules.records import Lease
 
 if TYPE_CHECKING:
+    from agentbox.rules.breaker import Pause
     from agentbox.rules.timers import Timer
 
 
@@ -18,6 +19,7 @@ class Status(NamedTuple):
     outbox: dict[str, int]
     lease: Lease | None
     next_timer: "Timer | None"
+    paused: "Pause | None" = None
 
 
 class Vitals(NamedTuple):

@@ -25,6 +25,7 @@ from agentbox.ledger.inbox import Inbox
 from agentbox.ledger.lease import Leases
 from agentbox.ledger.links import Links
 from agentbox.ledger.outbox import Outbox
+from agentbox.ledger.pause import Pauses
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
 from agentbox.ledger.state import State
@@ -50,8 +51,9 @@ FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
 
 
 class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune,
-            Canonicalise, State, Steps):
-    """One user's inbox: events, lease, runs, timers, approvals, outbox, state and steps."""
+            Canonicalise, State, Steps, Pauses):
+    """One user's inbox: events, lease, runs, timers, approvals, outbox, state, steps and
+    pauses."""
 
     def __enter__(self) -> Store:
         return self
@@ -63,7 +65,8 @@ class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prun
         """Counts per state (every state present), the lease, and the next timer."""
         reader = self._read()
         counts = self.engine.counts(reader)
-        return Status(counts["events"], counts["outbox"], self.lease(), next_due(reader))
+        return Status(counts["events"], counts["outbox"], self.lease(), next_due(reader),
+                      self.paused())
 
     def vitals(self) -> Vitals:
         """The status, plus what an operator watches: the oldest pending event's

@@ -9,13 +9,10 @@ retention still holds: a pruned event or dispatch is not there to read.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentbox.ledger.inbox import COLUMNS, Inbox, event_of, store_in
 from agentbox.rules.records import Answered, Event, IngestResult, Spoke
-
-if TYPE_CHECKING:
-    from agentbox.rules.outbox import Dispatch
 
 
 def _window(column: str, since: int | None, until: int | None) -> tuple[str, dict[str, Any]]:
@@ -25,14 +22,6 @@ def _window(column: str, since: int | None, until: int | None) -> tuple[str, dic
     if until is not None:
         where, params["until"] = where + f" AND {column} < :until", until
     return where, params
-
-
-def channel_of(dispatch: Dispatch | None = None) -> str:
-    """The channel a dispatch went out on: every send is on the one outbox channel today,
-    so this is the single place that says so."""
-    from agentbox.rules.outbox import DEFAULT_CHANNEL
-
-    return DEFAULT_CHANNEL
 
 
 class Traffic(Inbox):
@@ -70,11 +59,11 @@ class Traffic(Inbox):
         where, params = _window("claimed_at", since, until)
         spoke = ", ".join(f"'{s}'" for s in SPOKE_STATES)
         rows = self._read().rows(
-            f"""SELECT claimed_at, body, state, urgent FROM dispatches
+            f"""SELECT claimed_at, channel, body, state, urgent FROM dispatches
                 WHERE inbox_id = :box AND state IN ({spoke}) {where}
                 ORDER BY claimed_at, seq""", **params)
-        return [Spoke(int(at), channel_of(), str(body), str(state), bool(urgent))
-                for at, body, state, urgent in rows]
+        return [Spoke(int(at), str(channel), str(body), str(state), bool(urgent))
+                for at, channel, body, state, urgent in rows]
 
     def arrive(self, source: str, source_id: str, payload: str, now: int,
                max_payload: int) -> IngestResult:

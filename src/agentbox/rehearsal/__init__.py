@@ -10,18 +10,25 @@ promises. :func:`rehearse` is the whole of it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from agentbox.rehearsal.report import Report
 from agentbox.rehearsal.traffic import Recording
 from agentbox.rules.faults import FaultSpec
 from agentbox.rules.policy import Policy
 
+if TYPE_CHECKING:
+    from agentbox.dispatcher import Planned
+
 
 def rehearse(traffic: Recording, policy: Policy, argv: Sequence[str], user: str,
              faults: FaultSpec | None = None, seed: int = 0,
-             env: Mapping[str, str] | None = None) -> Report:
+             env: Mapping[str, str] | None = None,
+             channels: Sequence[Planned] = ()) -> Report:
     """Replay ``traffic`` against the handler ``argv`` on a temporary SQLite inbox,
-    removed afterwards; nothing else is written."""
+    removed afterwards; nothing else is written. ``channels`` are the outbox channels
+    dispatched, each under its own policy and quiet hours (none: ``default`` under
+    ``policy``)."""
     from agentbox.location import scratch_store
     from agentbox.rehearsal import report
     from agentbox.rehearsal.faults import Faults
@@ -29,7 +36,7 @@ def rehearse(traffic: Recording, policy: Policy, argv: Sequence[str], user: str,
 
     drawn = Faults(faults, seed) if faults is not None and faults.any else None
     with scratch_store(None, user) as store:
-        played = Rehearsal(store, policy, traffic, argv, user, drawn, env).play()
+        played = Rehearsal(store, policy, traffic, argv, user, drawn, env, channels).play()
         return report.report(traffic, played, store, policy,
                              None if drawn is None else drawn.spec.describe(),
                              None if drawn is None else seed)

@@ -26,15 +26,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agentbox.dispatcher import Dispatcher
+from agentbox.dispatcher import Dispatcher, Planned
 from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
-from agentbox.ledger.traffic import channel_of
 from agentbox.rehearsal.faults import Faults
 from agentbox.rehearsal.traffic import Arrival, Recording
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Answered, SendOutcome
+from agentbox.rules.records import DEFAULT_CHANNEL, Answered, SendOutcome
 from agentbox.worker import Batch, CommandHandler, Handled, RunReport, Worker, check_command
 
 MAX_RUNS_AT_ONCE = 1000  # runs at one moment before the clock moves on regardless
@@ -90,9 +89,10 @@ class RecordingSender:
 
     played: Played
     clock: Callable[[], int]
+    channel: str = DEFAULT_CHANNEL
 
     def send(self, dispatch: Dispatch) -> tuple[SendOutcome, str | None]:
-        self.played.sends.append(Send(self.clock(), channel_of(dispatch), dispatch.body,
+        self.played.sends.append(Send(self.clock(), self.channel, dispatch.body,
                                       dispatch.urgent, dispatch.key, dispatch.tries,
                                       dispatch.message_ids))
         return "sent", None
@@ -116,7 +116,8 @@ class RehearsedHandler:
         env = {**self.env, "AGENTBOX_NOW": str(r.now)}
         kill_after = fault.after if fault is not None and fault.kind == "kill" else None
         began = time.monotonic()
-        handled = CommandHandler(self.argv, self.timeout, env, kill_after).handle(
+        handled = CommandHandler(self.argv, self.timeout, env, kill_after,
+                                 [plan.name for plan in r.channels]).handle(
             batch, heartbeat, every)
         if handled.killed:
             r.lapse(batch, "killed")
@@ -134,7 +135,8 @@ class Rehearsal:
 
     def __init__(self, store: Store, policy: Policy, traffic: Recording, argv: Sequence[str],
                  user: str, faults: Faults | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 channels: Sequence[Planned] = ()) -> None:
         self.store = store
         self.policy = policy
         self.traffic = traffic
@@ -152,12 +154,16 @@ class Rehearsal:
         times = [t for t, *_ in self._inputs]
         self.now = min(times) if times else traffic.end
         self.worker = self._new_worker()
-        self.dispatcher = Dispatcher(store, policy,
-                                     RecordingSender(self.played, lambda: self.now),
-                                     lambda: self.now)
+        # one dispatcher per channel, each under its own gap, mode and quiet hours
+        self.channels = tuple(channels) or (Planned(DEFAULT_CHANNEL, policy),)
+        self.dispatchers = [
+            Dispatcher(store, plan.policy,
+                       RecordingSender(self.played, lambda: self.now, plan.name),
+                       lambda: self.now, channel=plan.name, quiet=plan.quiet)
+            for plan in self.channels]
         self._lapsed: dict[int, str] = {}  # a lapsed run's generation -> killed | stalled
         self._killed: tuple[int, tuple[int, ...]] = (0, ())  # the last lapsed run's claim
-        self._wait: Wait | None = None
+        self._waits: list[Wait] = []  # why each channel's held messages wait
 
     def _push(self, at: int, rank: int, n: int, item: Arrival | Answered) -> None:
         heapq.heappush(self._inputs, (at, rank, n, item))
@@ -259,14 +265,16 @@ class Rehearsal:
         """Dispatch while the outbox may send; like a watching dispatcher, only a read
         when nothing is held."""
         outbox = self.store.status().outbox
+        self._waits = []
         if not (outbox["held"] or outbox["sending"]):
-            self._wait = None
             return
-        while True:
-            report = self.dispatcher.dispatch_once()
-            if report.dispatch is None:
-                self._wait = report.wait
-                return
+        for dispatcher in self.dispatchers:
+            while True:
+                report = dispatcher.dispatch_once()
+                if report.dispatch is None:
+                    if report.wait is not None:
+                        self._waits.append(report.wait)
+                    break
 
     def _next(self) -> int | None:
         """The next moment anything is due after now."""
@@ -276,7 +284,6 @@ class Rehearsal:
         due = self.store.next_work(self.now)
         if due is not None:
             times.append(due)
-        if self._wait is not None and self._wait.held and self._wait.until is not None:
-            times.append(self._wait.until)
+        times.extend(w.until for w in self._waits if w.held and w.until is not None)
         return max(min(times), self.now + 1) if times else None
 

@@ -8,6 +8,7 @@ here first, so a bad answer fails the run instead of surfacing mid-finish.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentbox.durations import parse_duration
 from agentbox.errors import BadInput
 from agentbox.jsonutil import canonical_object, loads_strict, type_name
 from agentbox.rules.approvals import check_request_id
+from agentbox.rules.records import DEFAULT_CHANNEL
 from agentbox.rules.state import Change
 from agentbox.rules.timers import TimerSpec, check_spec
 
@@ -23,6 +25,7 @@ from agentbox.rules.timers import TimerSpec, check_spec
 class Message:
     body: str
     urgent: bool = False
+    channel: str = DEFAULT_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,20 @@ class FollowUp:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a run says it spent: tokens and cost, each optional (the budgets add them)."""
+
+    tokens: int | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True)
 class Answer:
     messages: tuple[Message, ...] = ()
     approvals: tuple[ApprovalRequest, ...] = ()
     timers: tuple[FollowUp, ...] = ()
     state: Change | None = None  # the agent's new state, or a merge patch into it
+    usage: Usage | None = None
 
 
 def _text(value: Any, what: str) -> str:
@@ -73,11 +85,12 @@ def _message(item: Any, n: int) -> Message:
     if isinstance(item, str):
         return Message(_text(item, f"messages[{n}]"))
     if isinstance(item, dict):
-        _known_keys(item, f"messages[{n}]", {"body", "urgent"})
+        _known_keys(item, f"messages[{n}]", {"body", "urgent", "channel"})
         urgent = item.get("urgent", False)
         if not isinstance(urgent, bool):
             raise BadInput(f"messages[{n}].urgent must be true or false")
-        return Message(_text(item.get("body"), f"messages[{n}].body"), urgent)
+        channel = _text(item.get("channel", DEFAULT_CHANNEL), f"messages[{n}].channel")
+        return Message(_text(item.get("body"), f"messages[{n}].body"), urgent, channel)
     raise BadInput(f"messages[{n}] must be a string or an object, not {type_name(item)}")
 
 
@@ -120,6 +133,31 @@ def _timer(item: Any, n: int) -> FollowUp:
     return follow_up
 
 
+MAX_TOKENS = 10**15  # more than any run spends; a bigger number is a bug, not a bill
+
+
+def _amount(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value <= MAX_TOKENS):
+        raise BadInput(f"{where} must be a non-negative number, not {value!r}")
+    return float(value)
+
+
+def _usage(doc: dict[str, Any]) -> Usage | None:
+    """The answer's ``usage``, if any: ``{"tokens": N, "cost": X}``, each optional."""
+    if "usage" not in doc:
+        return None
+    item = _object(doc["usage"], "usage", {"tokens", "cost"})
+    tokens = item.get("tokens")
+    if tokens is not None:
+        if not isinstance(tokens, int) and not (isinstance(tokens, float)
+                                                 and tokens.is_integer()):
+            raise BadInput(f"usage.tokens must be a whole number, not {tokens!r}")
+        tokens = int(_amount(tokens, "usage.tokens"))
+    cost = item.get("cost")
+    return Usage(tokens, None if cost is None else _amount(cost, "usage.cost"))
+
+
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
     value = doc.get(key, [])
     if not isinstance(value, list):
@@ -144,6 +182,15 @@ def _state(doc: dict[str, Any]) -> Change | None:
     return None
 
 
+def check_channels(answer: Answer, known: Collection[str]) -> None:
+    """Refuse an answer whose message names a channel the config does not have: it is
+    malformed, like any other bad key, and nothing of it is applied."""
+    for n, message in enumerate(answer.messages):
+        if message.channel not in known:
+            raise BadInput(f"messages[{n}].channel: unknown channel {message.channel!r} "
+                           f"(known: {', '.join(sorted(known))})")
+
+
 def parse(text: str | bytes) -> Answer:
     """A handler's stdout as an Answer; empty output means the run chose silence."""
     if not text.strip():
@@ -151,10 +198,11 @@ def parse(text: str | bytes) -> Answer:
     doc = loads_strict(text, "the answer")
     if not isinstance(doc, dict):
         raise BadInput(f"the answer must be a JSON object, not {type_name(doc)}")
-    _known_keys(doc, "the answer", {"messages", "approvals", "timers", *STATE_KEYS})
+    _known_keys(doc, "the answer", {"messages", "approvals", "timers", *STATE_KEYS, "usage"})
     return Answer(
         messages=tuple(_message(m, n) for n, m in enumerate(_list(doc, "messages"))),
         approvals=tuple(_approval(a, n) for n, a in enumerate(_list(doc, "approvals"))),
         timers=tuple(_timer(t, n) for n, t in enumerate(_list(doc, "timers"))),
         state=_state(doc),
+        usage=_usage(doc),
     )

@@ -112,3 +112,11 @@ def private(modes: Sequence[tuple[str, int]]) -> Check:
         return Check("permissions", False, "; ".join(problems))
     return Check("permissions", True, "files 0600, folder not writable by others"
                  if modes else "no file yet")
+
+
+def paused(detail: str | None) -> Check:
+    """A paused inbox claims nothing: someone should look (and `agentbox resume`).
+    ``detail`` says since when, why and until when (None: not paused)."""
+    if detail is None:
+        return Check("paused", True, "not paused")
+    return Check("paused", False, detail)

@@ -25,6 +25,7 @@ from typing import Literal, NamedTuple
 from agentbox.clock import check_time
 from agentbox.errors import BadInput
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
+from agentbox.rules.quiet import Limits
 from agentbox.rules.records import DELIVERY_MODES, SendOutcome
 
 
@@ -40,6 +41,7 @@ class Wait(NamedTuple):
     until: int | None
     in_flight: int = 0
     in_flight_until: int | None = None
+    reason: str | None = None  # what holds them: "gap", "quiet hours" or "max_per_day"
 
 
 class OutboxMessage(NamedTuple):
@@ -51,6 +53,7 @@ class OutboxMessage(NamedTuple):
     created_at: int
     sent_at: int | None
     error: str | None
+    channel: str = "default"
 
 
 class Dispatch(NamedTuple):
@@ -69,6 +72,7 @@ class Dispatch(NamedTuple):
     tries: int
     deadline: int
     max_tries: int = DEFAULT_MAX_SEND_TRIES  # tries of this key, then uncertain (on the claim)
+    channel: str = "default"
 
     @property
     def resend(self) -> bool:
@@ -76,7 +80,6 @@ class Dispatch(NamedTuple):
 
 
 SEPARATOR = "\n\n"
-DEFAULT_CHANNEL = "default"  # the outbox's one channel: every message goes out on it
 CLAIM_GRACE = 30  # seconds past the send timeout before a claim counts as abandoned
 # Dispatch states after which the channel may have heard from us: the gap counts from them.
 SPOKE_STATES = ("sending", "sent", "uncertain")
@@ -121,6 +124,31 @@ def may_send(urgent: Sequence[bool], last_send: int | None, gap: int, now: int) 
         return False
     allowed = next_allowed(last_send, gap)
     return any(urgent) or allowed is None or now >= allowed
+
+
+def held_by(urgent: Sequence[bool], last_send: int | None, gap: int, now: int,
+            limits: Limits, sent_today: int) -> tuple[str, int | None] | None:
+    """Why a channel's held messages (their urgent flags) may not go now, and until
+    when; None when they may.
+
+    Quiet hours hold non-urgent messages until they end, an urgent one too when
+    ``urgent_in_quiet_hours`` is off. ``max_per_day`` holds non-urgent ones once
+    the local day's sends (urgent ones counted) reach it, until the next day.
+    Then the gap, which an urgent message bypasses.
+    """
+    if not urgent:
+        return None
+    if limits.quiet_until is not None and (not any(urgent)
+                                           or not limits.urgent_in_quiet_hours):
+        return "quiet hours", limits.quiet_until
+    if any(urgent):
+        return None
+    if (limits.max_per_day is not None and limits.day is not None
+            and sent_today >= limits.max_per_day):
+        return "max_per_day", limits.day[1]
+    if not may_send(urgent, last_send, gap, now):
+        return "gap", next_allowed(last_send, gap)
+    return None
 
 
 def merged(bodies: Sequence[str]) -> str:

@@ -33,6 +33,10 @@ class Policy(NamedTuple):
     keep_state_versions: int = 20  # versions of the state `state history` keeps
     max_step_output: int = 1024 * 1024  # bytes of a done step's stdout kept as its result
     step_mode: str = "at-least-once"  # a step that died inside: run again, or park uncertain
+    breaker_runs: int = 5         # failed runs in a row (over 2+ events) that pause the inbox
+    breaker_cooldown: int = 600   # seconds a tripped breaker waits before its probe run
+    budget_tokens_per_day: int | None = None  # a local day's tokens that pause the inbox
+    budget_cost_per_day: float | None = None  # a local day's cost that pauses the inbox
 
     def backoff(self, attempts: int) -> int:
         """Seconds a row waits before its next attempt, after ``attempts`` tries."""

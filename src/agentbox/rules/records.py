@@ -25,6 +25,8 @@ IngestOutcome = Literal["stored", "duplicate", "conflict"]
 SendOutcome = Literal["sent", "failed", "unknown"]
 AddOutcome = Literal["added", "unchanged", "replaced"]
 
+DEFAULT_CHANNEL = "default"  # today's top-level outbox settings; every message's unless named
+
 
 class Event(NamedTuple):
     id: int

@@ -287,5 +287,38 @@ CREATE TABLE steps (
     "CREATE INDEX steps_by_status ON steps (inbox_id, status, finished_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# Version 5: governed runs (see the SQLite schema's version 12): the pause in force and
+# the breaker's streak per inbox, and what each run's answer said it spent; the channel
+# of every message and dispatch (`default` for the rows written before).
+_V5: tuple[str, ...] = (
+    """
+CREATE TABLE pauses (
+    inbox_id integer PRIMARY KEY,
+    kind text COLLATE "C" CHECK (kind IN ('breaker', 'budget')),
+    reason text,
+    since bigint,
+    until bigint,
+    streak bigint NOT NULL DEFAULT 0,
+    streak_event bigint,
+    streak_distinct boolean NOT NULL DEFAULT false,
+    waived_until bigint
+)""",
+    """
+CREATE TABLE run_usage (
+    inbox_id integer NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    at bigint NOT NULL,
+    generation bigint,
+    events text NOT NULL,
+    tokens bigint,
+    cost double precision,
+    PRIMARY KEY (inbox_id, id)
+)""",
+    "CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at)",
+    """ALTER TABLE outbox ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
+    """ALTER TABLE dispatches ADD COLUMN channel text COLLATE "C" NOT NULL DEFAULT 'default'""",
+    "CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)

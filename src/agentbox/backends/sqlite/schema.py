@@ -313,6 +313,38 @@ CREATE TABLE steps (
 CREATE INDEX steps_by_status ON steps (inbox_id, status, finished_at);
 """
 
+# Version 12: governed runs. `pauses` holds, per inbox, the pause in force (a tripped
+# breaker or a spent budget; kind NULL: none), the streak of failed runs the breaker
+# counts, and the end of a local day whose budget `resume` waived. `run_usage` is what
+# each run's answer said it spent, summed per local day against the budgets. Messages
+# and dispatches name their channel; every row an older version wrote is `default`'s.
+_V12 = """
+CREATE TABLE pauses (
+    inbox_id INTEGER PRIMARY KEY,
+    kind TEXT CHECK (kind IN ('breaker', 'budget')),
+    reason TEXT,
+    since INTEGER,
+    until INTEGER,
+    streak INTEGER NOT NULL DEFAULT 0,
+    streak_event INTEGER,
+    streak_distinct INTEGER NOT NULL DEFAULT 0 CHECK (streak_distinct IN (0, 1)),
+    waived_until INTEGER
+);
+CREATE TABLE run_usage (
+    id INTEGER PRIMARY KEY,
+    inbox_id INTEGER NOT NULL DEFAULT 1,
+    at INTEGER NOT NULL,
+    generation INTEGER,
+    events TEXT NOT NULL,
+    tokens INTEGER,
+    cost REAL
+);
+CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at);
+ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE dispatches ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at);
+"""
+
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
-                               _V11)
+                               _V11, _V12)
 SCHEMA_VERSION = len(MIGRATIONS)
