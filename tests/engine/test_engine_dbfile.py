@@ -365,3 +365,26 @@ def test_a_version_4_inbox_keeps_its_timers_through_version_5(
     assert versions(path)[2] == list(range(1, schema.SCHEMA_VERSION + 1))
     with raw(path) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE timers SET cron = '0 8 * * *'")  # a cron timer names its zone
+
+
+def test_opening_the_inbox_again_in_a_process_keeps_its_log_for_the_first(
+        tmp_path: Path) -> None:
+    """SQLite's locks belong to the process: a second open that read the file through a
+    descriptor of its own, then closed it, would drop the locks the open connections
+    hold, and another process would then take the log for abandoned."""
+    path = tmp_path / "inbox.sqlite3"
+    keeper = sqlite_store(path)  # as serve keeps one open while its threads open more
+    keeper.ingest("chat", "before", "{}", T0)
+    sqlite_store(path).close()  # a request's own connection, opened and closed
+
+    def look() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; print(sqlite3.connect(sys.argv[1])"
+             ".execute('SELECT source_id FROM events ORDER BY id').fetchall())", str(path)],
+            check=True, capture_output=True, text=True).stdout
+
+    look()  # another process opens and closes the file: it must not think itself alone
+    assert keeper.ingest("chat", "after", "{}", T0 + 1).outcome == "stored"
+    seen = look()
+    keeper.close()
+    assert seen.strip() == "[('before',), ('after',)]"

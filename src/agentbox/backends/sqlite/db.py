@@ -26,7 +26,6 @@ BUSY_TIMEOUT_S = 30.0
 # Waiting for the write lock: the first pause, and the longest (see take_write_lock).
 _FIRST_PAUSE_S = 50e-6
 _LONGEST_PAUSE_S = 2e-3
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def translate(exc: sqlite3.Error, path: str | os.PathLike[str] = "") -> Exception:
@@ -83,7 +82,8 @@ def _check_existing(path: Path) -> None:
       inbox and its first migration leaves one; it must belong to this user
       and is made 0600 (a file planted by another user, or readable by
       others, would otherwise receive the inbox).
-    - Anything else must start with the SQLite header.
+    - Anything else is left for SQLite to read (a file that is not an SQLite
+      database is refused on the first read, in :func:`connect`).
     """
     try:
         info = os.stat(path)
@@ -101,34 +101,23 @@ def _check_existing(path: Path) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise DatabaseError(f"{path}: not a regular file (a FIFO, a device or a socket); "
                             "an inbox is a file")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except PermissionError:
-        raise DatabaseError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise DatabaseError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    try:
-        opened = os.fstat(fd)  # the file itself, should the name have moved meanwhile
-        if not stat.S_ISREG(opened.st_mode):
-            raise DatabaseError(f"{path}: not a regular file; an inbox is a file")
-        if opened.st_size == 0:
-            _adopt_empty(path, fd, opened)
-            return
-        head = os.read(fd, len(_SQLITE_HEADER))
-    finally:
-        os.close(fd)
-    if head != _SQLITE_HEADER:
-        raise DatabaseError(f"{path}: not an agentbox database (not an SQLite file)")
+    if info.st_size == 0:
+        _adopt_empty(path, info)
+    # Anything else SQLite reads itself (its header is checked by _check_identity):
+    # a descriptor of our own opened and closed on the file here would drop the POSIX
+    # locks this process holds on it through any other connection (SQLite's locks are
+    # the process's), and another process could then checkpoint and delete the log
+    # those connections still write to.
 
 
-def _adopt_empty(path: Path, fd: int, info: os.stat_result) -> None:
+def _adopt_empty(path: Path, info: os.stat_result) -> None:
     """An empty file about to become an inbox: ours, and private from now on."""
     if info.st_uid != os.geteuid():
         raise DatabaseError(f"{path}: an empty file that belongs to another user (uid "
                             f"{info.st_uid}); agentbox makes an inbox only in a file of its own")
     if stat.S_IMODE(info.st_mode) & 0o077:
         try:
-            os.fchmod(fd, 0o600)
+            os.chmod(path, 0o600)
         except OSError as exc:
             raise DatabaseError(f"{path}: cannot make the new inbox private: "
                                 f"{exc.strerror or exc}") from None
@@ -177,7 +166,13 @@ def connect(path: str | os.PathLike[str], *, durable: bool = True,
     try:
         # Refuse a foreign or newer file before anything (even the journal
         # mode, which lives in the file header) is written to it.
-        version = _check_identity(conn, file)
+        try:
+            version = _check_identity(conn, file)
+        except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc):
+                raise
+            raise DatabaseError(f"{file}: not an agentbox database (not an SQLite file)"
+                                ) from None
         if version == 0:
             # Only a file with no table yet can take it, and before WAL writes the
             # header: space that prune frees can then be handed back to the disk.
