@@ -442,7 +442,7 @@ EngineMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow])
 # Every step is a few network round trips on PostgreSQL: fewer examples, as long a run.
 PostgresMachine.TestCase.settings = settings(
-    EngineMachine.TestCase.settings, max_examples=100)
+    EngineMachine.TestCase.settings, max_examples=40)
 test_engine_rules = EngineMachine.TestCase
 test_engine_rules_postgres = PostgresMachine.TestCase
 

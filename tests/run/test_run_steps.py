@@ -188,7 +188,7 @@ def _stepped(log: Path, worker: subprocess.Popen[str], before: int) -> bool:
     return len(effects(log)) > before or worker.poll() is not None
 
 
-KILL_LOOP = os.environ.get("AGENTBOX_KILL_LOOP", "24:16")  # events:kills (200:100 passes too)
+KILL_LOOP = os.environ.get("AGENTBOX_KILL_LOOP", "16:10")  # events:kills (200:100 passes too)
 
 
 def test_a_kill_loop_repeats_no_finished_step_and_loses_no_event(
