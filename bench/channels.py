@@ -24,7 +24,8 @@ def step(store: object, n: int, channels: tuple[str, ...]) -> None:
     now = bl.T0 + n * GAP
     channel = channels[n % len(channels)]
     with store._locked() as (tx, _):  # type: ignore[attr-defined]
-        queue_in(tx, now, None, [Message(f"message {n}", channel=channel)])
+        queue_in(store.engine, tx, now, None,  # type: ignore[attr-defined]
+                 [Message(f"message {n}", channel=channel)])
     claimed = store.claim_dispatch(now, "at-least-once", GAP, 60,  # type: ignore[attr-defined]
                                    channel=channel)
     assert isinstance(claimed, Dispatch), claimed
