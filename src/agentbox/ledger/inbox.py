@@ -54,6 +54,13 @@ def with_key_prefix(reader: Reader, source: str, prefix: str) -> list[Event]:
                         "ORDER BY id", source=source, low=prefix, high=prefix_bound(prefix))
 
 
+def _spellings(payload: str) -> tuple[str, ...]:
+    """How a stored event may spell this payload: canonically, or, stored by 0.2 and not
+    rewritten yet, as 0.2 did (see :class:`agentbox.jsonutil.Canonical`)."""
+    legacy = getattr(payload, "legacy", None)
+    return (payload, legacy) if legacy else (payload,)
+
+
 def _remembered(reader: Reader, source: str, source_id: str, payload: str,
                 now: int) -> IngestResult | None:
     """A key whose event was pruned inside the dedupe window, judged by its digest;
@@ -71,8 +78,7 @@ def _remembered(reader: Reader, source: str, source_id: str, payload: str,
         return None
     # A key pruned before payloads were canonical per JCS is remembered by the digest
     # of the spelling they had then.
-    legacy = getattr(payload, "legacy", None)
-    same = bytes(row[1]) in {digest(payload), digest(legacy) if legacy else b""}
+    same = bytes(row[1]) in {digest(spelling) for spelling in _spellings(payload)}
     outcome: IngestOutcome = "duplicate" if same else "conflict"
     return IngestResult(outcome, int(row[0]), source, source_id)
 
@@ -90,7 +96,7 @@ def _judged(reader: Reader, source: str, source_id: str,
     row = reader.one("""SELECT id, payload IN (:payload, :legacy) FROM events
                         WHERE inbox_id = :box AND source = :source AND source_id = :source_id""",
                      source=source, source_id=source_id, payload=payload,
-                     legacy=getattr(payload, "legacy", None) or payload)
+                     legacy=_spellings(payload)[-1])
     if row is not None:
         outcome: IngestOutcome = "duplicate" if row[1] else "conflict"
         return IngestResult(outcome, int(row[0]), source, source_id), True
@@ -160,7 +166,7 @@ class Inbox(Core):
         text = payload_text(payload, max_payload)
         if stored is not None:
             event_id, kept = stored
-            same = kept in (text, getattr(text, "legacy", None))  # stored before JCS, too
+            same = kept in _spellings(text)
             return self._noted(IngestResult("duplicate" if same else "conflict",
                                             event_id, source, source_id), text, now)
         box = self._made()
@@ -229,7 +235,7 @@ class Inbox(Core):
                     results.append(IngestResult("stored", stored[key], source, source_id))
                 elif key in standing:
                     event_id, kept = standing[key]
-                    same = kept in (payload, getattr(payload, "legacy", None))
+                    same = kept in _spellings(payload)
                     if not same:
                         conflicts.append((event_id, payload))
                     results.append(IngestResult("duplicate" if same else "conflict", event_id,
