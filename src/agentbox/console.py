@@ -3,9 +3,12 @@
 It runs on agentbox's HTTP server (:mod:`agentbox.httpserver`), as ``serve``
 does, and every read and action is a :class:`~agentbox.ledger.store.Store`
 call, the same as the CLI's: Replay is ``dead replay``, Resolve is
-``outbox resolve``, Yes / No is ``approve answer``. Pages never count or read
-a whole inbox: counts come from the kept tallies, events are paged by id
-(keyset: the next page starts below the last id shown), each list is bounded.
+``outbox resolve``, Yes / No is ``approve answer``, a step's Resolve is ``steps
+resolve`` (done with no output, or not done). Pages never count or read a whole
+inbox: counts come from the kept tallies, events are paged by id (keyset: the
+next page starts below the last id shown), each list is bounded (the steps page
+shows the latest tries; the state page the kept versions, which
+``keep_state_versions`` bounds).
 
 Security: every value shown is escaped (:mod:`agentbox.pages`); every action
 is a POST carrying the console's CSRF token and answered by a redirect; a
@@ -31,6 +34,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 from agentbox import pages
 from agentbox.errors import AgentboxError, BadInput, Busy, NotAsAsked
 from agentbox.rules.records import EVENT_STATES
+from agentbox.rules.steps import STEP_STATES
 from agentbox.web import HTTPError, Request, Response
 
 if TYPE_CHECKING:
@@ -50,7 +54,11 @@ DONE = {"replayed": "Replayed event {}.", "resolved-sent": "Dispatch {} resolved
         "answered": "Approval {}: your answer stands.",
         "not-answered": "Approval {}: another outcome stands; your answer was not recorded.",
         "not-dead": "Event {} is not dead; nothing replayed.",
-        "not-uncertain": "Dispatch {} is not uncertain; nothing resolved."}
+        "not-uncertain": "Dispatch {} is not uncertain; nothing resolved.",
+        "step-done": "Step {} resolved as done: a later try runs nothing.",
+        "step-not-done": "Step {} resolved as not done: a later try runs it.",
+        "step-unchanged": "Step {} is not unsettled; nothing resolved."}
+UNSETTLED = ("uncertain", "started")  # the steps an operator may resolve
 
 
 def is_loopback(host: str) -> bool:
@@ -193,6 +201,12 @@ class ConsoleApp:
         if len(rest) == 2 and rest[0] == "events" and rest[1].isdigit():
             _allow(request, "GET", "HEAD")
             return self._event(user, int(rest[1]))
+        if rest == ["state"]:
+            _allow(request, "GET", "HEAD")
+            return self._state(user)
+        if rest == ["steps"]:
+            _allow(request, "GET", "HEAD")
+            return self._steps(user, request.query_args())
         if len(rest) == 1 and rest[0] in ACTIONS:
             _allow(request, "POST")
             form = request.form()
@@ -200,8 +214,9 @@ class ConsoleApp:
                 return self._message(403, "Refused", "This form is stale or came from "
                                      "elsewhere: reload the page and try again.")
             done, subject = ACTIONS[rest[0]](self, self._store(user), form)
-            return pages.redirect(f"/i/{quote(user)}?" + urlencode({"done": done,
-                                                                   "of": subject}))
+            back = "/steps" if rest[0] == "resolve-step" else ""
+            return pages.redirect(f"/i/{quote(user)}{back}?" + urlencode({"done": done,
+                                                                         "of": subject}))
         return self._message(404, "Not found", "No such page.")
 
     def _inbox_list(self) -> Response:
@@ -223,11 +238,10 @@ class ConsoleApp:
         store = self._store(user)
         now = self._clock()
         vitals = store.vitals()
-        said = DONE.get(args.get("done", ""))
         return self._page("inbox.html", {
             "user": user, "nav": user, "vitals": vitals,
-            "lease": _lease(vitals.status.lease, now),
-            "said": None if said is None else said.format(args.get("of", "")),
+            "lease": _lease(vitals.status.lease, now), "said": _said(args),
+            "state": store.state(),
             "dead": store.dead(LISTED),
             "outbox": store.outbox(limit=LISTED),
             "timers": store.timers()[:LISTED],
@@ -262,6 +276,23 @@ class ConsoleApp:
                                          "payload": _pretty(event.payload),
                                          "story": store.story(event_id)})
 
+    def _state(self, user: str) -> Response:
+        store = self._store(user)
+        kept = store.state_history()
+        return self._page("state.html", {"user": user, "nav": user, "state": store.state(),
+                                         "kept": [(v, _pretty(v.state)) for v in kept]})
+
+    def _steps(self, user: str, args: Mapping[str, str]) -> Response:
+        store = self._store(user)
+        state = args.get("state") or None
+        if state is not None and state not in STEP_STATES:
+            raise HTTPError(400, f"state is one of {', '.join(STEP_STATES)}")
+        found = store.steps(state, latest=LISTED + 1)
+        return self._page("steps.html", {
+            "user": user, "nav": user, "said": _said(args), "state": state or "",
+            "states": STEP_STATES, "unsettled": UNSETTLED, "more": len(found) > LISTED,
+            "steps": [(s, _output(s.output)) for s in reversed(found[-LISTED:])]})
+
     # -- actions: each one Store call, as the CLI makes it ------------------------
 
     def _replay(self, store: Store, form: Mapping[str, str]) -> tuple[str, str]:
@@ -291,10 +322,36 @@ class ConsoleApp:
             raise HTTPError(400, str(exc)) from None
         return ("answered" if standing == reply else "not-answered"), approval_id
 
+    def _resolve_step(self, store: Store, form: Mapping[str, str]) -> tuple[str, str]:
+        key, verdict = form.get("key", ""), form.get("verdict")
+        if verdict not in ("done", "not-done"):
+            raise HTTPError(400, "verdict is done or not-done")
+        try:
+            was = store.resolve_step(key, verdict == "done", b"", self._clock())
+        except BadInput as exc:
+            raise HTTPError(400, str(exc)) from None
+        return (f"step-{verdict}" if was in UNSETTLED else "step-unchanged"), key
+
 
 ACTIONS: dict[str, Callable[[ConsoleApp, Store, Mapping[str, str]], tuple[str, str]]] = {
     "replay": ConsoleApp._replay, "resolve": ConsoleApp._resolve,
-    "answer": ConsoleApp._answer}
+    "answer": ConsoleApp._answer, "resolve-step": ConsoleApp._resolve_step}
+
+
+def _said(args: Mapping[str, str]) -> str | None:
+    """What the redirect after an action says: one of DONE's fixed sentences."""
+    said = DONE.get(args.get("done", ""))
+    return None if said is None else said.format(args.get("of", ""))
+
+
+SHOWN_OUTPUT = 2000  # characters of a step's recorded stdout on the steps page
+
+
+def _output(output: bytes | None) -> str | None:
+    if output is None:
+        return None
+    text = output.decode("utf-8", "replace")
+    return text if len(text) <= SHOWN_OUTPUT else text[:SHOWN_OUTPUT] + " …"
 
 
 def _allow(request: Request, *methods: str) -> None:

@@ -1,5 +1,5 @@
 """An operator acts on an inbox from the console in Chromium: replay a dead event,
-resolve an uncertain dispatch, answer an approval, and sees the inbox change."""
+resolve an uncertain dispatch, answer an approval, settle a step, and sees the inbox change."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from agentbox.ledger.store import Store
 from support.clock import T0_2023
-from support.console import dead_event, uncertain_dispatch
+from support.console import dead_event, journal, uncertain_dispatch
 from support.serving import Served
 
 if TYPE_CHECKING:
@@ -91,3 +91,22 @@ def test_off_loopback_the_login_form_lets_the_operator_in(console: Callable[...,
     assert "order-7" in desk.inner_text("main")
     [cookie] = desk.context.cookies()
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_state_and_steps_in_the_console(console: Callable[..., Served], store: Store,
+                                        desk: Page, shoot: Shoot) -> None:
+    done, unsettled = journal(store, NOW, note="<script>alert(1)</script> refund sent")
+    served = console()
+    desk.goto(f"http://127.0.0.1:{served.port}/i/alice")
+    desk.get_by_role("link", name="State", exact=True).click()
+    assert "<script>alert(1)</script> refund sent" in desk.inner_text("pre")
+    shoot(desk, "console-state")
+    desk.get_by_role("link", name="steps").first.click()
+    row = desk.locator("tbody tr", has_text=unsettled)
+    assert "uncertain" in row.inner_text()
+    shoot(desk, "console-steps")
+    row.get_by_role("button", name="Resolve not done").click()
+    assert f"Step {unsettled} resolved as not done" in desk.inner_text(".notice")
+    assert "failed" in desk.locator("tbody tr", has_text=unsettled).inner_text()
+    assert "done" in desk.locator("tbody tr", has_text=done).inner_text()
+    assert store.step(unsettled).status == "failed"  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ import pytest
 
 from agentbox.ledger.store import Store
 from support.clock import T0_2023
-from support.console import dead_event, uncertain_dispatch
+from support.console import dead_event, journal, uncertain_dispatch
 from support.pages import check_security_headers, fetch
 from support.processes import proc_env
 from support.serving import Served
@@ -165,3 +165,29 @@ def test_off_loopback_every_page_wants_the_token(console: Console, store: Store,
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
     jar = {"Cookie": cookie.split(";")[0]}
     assert "k-dead" in fetch(served.port, "GET", "/i/alice", headers=jar).text
+
+
+def test_state_and_steps_pages_show_the_journal_and_resolve_a_step(console: Console,
+                                                                   store: Store) -> None:
+    done, unsettled = journal(store, NOW, note="<script>alert(4)</script>")
+    served = console()
+    state = fetch(served.port, "GET", "/i/alice/state")
+    assert state.status == 200 and "Version <b>1</b>" in state.text and "operator" in state.text
+    assert "<script>" not in state.text and "&lt;script&gt;alert(4)" in state.text
+    steps = fetch(served.port, "GET", "/i/alice/steps")
+    assert steps.status == 200 and done in steps.text and "message-id 77" in steps.text
+    assert steps.text.count('action="/i/alice/resolve-step"') == 1  # the unsettled one only
+    assert fetch(served.port, "GET", "/i/alice/steps?state=done").text.count("<code>") == 1
+    assert fetch(served.port, "GET", "/i/alice/steps?state=nonsense").status == 400
+    csrf = steps.csrf()
+    form = {"key": unsettled, "verdict": "not-done"}
+    assert fetch(served.port, "POST", "/i/alice/resolve-step", form).status == 403
+    assert store.step(unsettled).status == "uncertain"  # type: ignore[union-attr]
+    resolved = fetch(served.port, "POST", "/i/alice/resolve-step", {**form, "csrf": csrf})
+    assert resolved.status == 303 and resolved.headers["location"].startswith("/i/alice/steps?")
+    assert store.step(unsettled).status == "failed"  # type: ignore[union-attr]
+    assert "resolved as not done" in fetch(served.port, "GET", resolved.headers["location"]).text
+    again = fetch(served.port, "POST", "/i/alice/resolve-step",
+                  {"key": done, "verdict": "not-done", "csrf": csrf})
+    assert "done=step-unchanged" in again.headers["location"]
+    assert store.step(done).status == "done"  # type: ignore[union-attr]

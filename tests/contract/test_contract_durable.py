@@ -99,6 +99,18 @@ def test_a_step_runs_once_then_is_a_memo(backend: Store) -> None:
         "done", 1, T0 + 1)
 
 
+def test_the_latest_tries_of_the_journal_are_a_bounded_page(backend: Store) -> None:
+    assert backend.acquire("A", T0, TTL) == 1
+    for n, key in enumerate(("k3", "k1", "k2", "k0")):
+        assert backend.begin_step("A", 1, key, T0 + n, "at-least-once").action == "run"
+    backend.end_step("k1", 1, 1, Outcome("done", 0, b"", None), T0 + 5)
+    assert [s.key for s in backend.steps()] == ["k3", "k1", "k2", "k0"]
+    assert [s.key for s in backend.steps(latest=2)] == ["k2", "k0"]
+    assert [s.key for s in backend.steps("started", latest=2)] == ["k2", "k0"]
+    assert [s.key for s in backend.steps("done", latest=5)] == ["k1"]
+    assert [s.key for s in backend.steps("started", latest=3)] == ["k3", "k2", "k0"]
+
+
 def test_a_failed_step_runs_again_as_the_next_attempt(backend: Store) -> None:
     assert backend.acquire("A", T0, TTL) == 1
     backend.begin_step("A", 1, "k", T0, "at-most-once")

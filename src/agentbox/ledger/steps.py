@@ -99,12 +99,17 @@ class Steps(Core):
                            f"attempt {attempt}" + (f"; {outcome.error}" if outcome.error else ""))
             return True
 
-    def steps(self, status: str | None = None) -> list[Step]:
-        """The journal, oldest try first; only steps in ``status`` if given."""
-        where, params = ("", {}) if status is None else (" AND status = :status",
-                                                         {"status": status})
-        rows = self._read().rows(f"""SELECT {_COLUMNS} FROM steps WHERE inbox_id = :box{where}
-                                     ORDER BY started_at, key""", **params)
+    def steps(self, status: str | None = None, latest: int | None = None) -> list[Step]:
+        """The journal, oldest try first; only steps in ``status`` if given; only the
+        ``latest`` tries begun last if given (a page of a long journal)."""
+        params: dict[str, Any] = {} if status is None else {"status": status}
+        where = "" if status is None else " AND status = :status"
+        query = f"SELECT {_COLUMNS} FROM steps WHERE inbox_id = :box{where}"
+        if latest is None:
+            rows = self._read().rows(f"{query} ORDER BY started_at, key", **params)
+        else:
+            rows = self._read().rows(f"{query} ORDER BY started_at DESC, key DESC LIMIT :n",
+                                     n=latest, **params)[::-1]
         return [_step(row) for row in rows]
 
     def step(self, key: str) -> Step | None:
