@@ -11,7 +11,6 @@ current secret is one 404 page, the same bytes whatever was wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -22,6 +21,7 @@ from agentbox.web import HTTPError, Request, Response
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
+    from agentbox.groupcommit import GroupCommit
     from agentbox.ledger.store import Store
     from agentbox.rules.approvals import Approval
 
@@ -41,13 +41,13 @@ class ApprovalPages:
     """Answers ``/a/TOKEN`` for one user's inbox."""
 
     def __init__(self, store: Callable[[], Store], user: str, zone: ZoneInfo,
-                 clock: Callable[[], int], turn: AbstractContextManager[None],
+                 clock: Callable[[], int], commit: GroupCommit,
                  log: Callable[[str], None], retry_after: int) -> None:
         self._store = store
         self._user = user
         self._zone = zone
         self._clock = clock
-        self._turn = turn
+        self._commit = commit
         self._log = log
         self._retry_after = retry_after
 
@@ -87,8 +87,7 @@ class ApprovalPages:
         reply = form.get("answer")
         if reply not in ("yes", "no"):
             raise HTTPError(400, "answer is yes or no")
-        with self._turn:
-            standing = store.answer_approval(approval.id, reply, now)
+        standing = self._commit.run(store, lambda s: s.answer_approval(approval.id, reply, now))
         after = store.approval(approval.id, now) or approval
         said = (f"Your {OUTCOMES[reply]} is recorded." if standing == reply
                 else f"Your {OUTCOMES[reply]} was not recorded: "

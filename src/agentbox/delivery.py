@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from agentbox.errors import BadInput
 
 if TYPE_CHECKING:
+    from agentbox.groupcommit import GroupCommit
     from agentbox.jsonl import IngestReport
     from agentbox.ledger.store import Store
     from agentbox.rules.records import IngestResult
@@ -104,16 +104,17 @@ def admit(source: str, source_id: SourceId, body: bytes, max_payload: int,
 
 def accept(store: Callable[[], Store], source: str, source_id: SourceId, body: bytes, *,
            max_payload: int, now: int, check: Check | None = None,
-           turn: AbstractContextManager[object] | None = None) -> IngestResult:
+           commit: GroupCommit | None = None) -> IngestResult:
     """Check one delivery and store it: stored, duplicate or conflict.
 
     ``store`` is called only once the delivery passed every check, so a
-    refused one never opens (or creates) an inbox. ``turn``, if given, is
-    held around the write alone (a server's threads take turns there).
+    refused one never opens (or creates) an inbox. ``commit``, if given, commits
+    the write in a group with other threads' (a server's).
     """
     found, payload = admit(source, source_id, body, max_payload, check)
-    with turn or contextlib.nullcontext():
+    if commit is None:
         return store().ingest(source, found, payload, now)
+    return commit.run(store(), lambda s: s.ingest(source, found, payload, now))
 
 
 def accept_lines(store: Callable[[], Store], stream: IO[bytes], *, max_payload: int, now: int,

@@ -26,7 +26,8 @@ the raw bytes before anything is parsed.
 
 The server (:mod:`agentbox.httpserver`) runs the application in a bounded pool
 of threads; each thread has its own store, made by the factory it was given,
-so no connection is ever shared between threads.
+so no connection is ever shared between threads. Their writes (deliveries,
+answers through links) are committed in groups (:mod:`agentbox.groupcommit`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from zoneinfo import ZoneInfo
 from agentbox import delivery
 from agentbox.approval_pages import PREFIX, ApprovalPages
 from agentbox.errors import AgentboxError, BadInput, Busy, SignatureMismatch
+from agentbox.groupcommit import GroupCommit
 from agentbox.jsonutil import type_name
 from agentbox.pages import STYLESHEET, stylesheet
 from agentbox.sources import Source
@@ -52,29 +54,6 @@ if TYPE_CHECKING:
     from agentbox.signatures import Check
 
 HOOKS = "/hooks/"
-
-
-class WriteTurn:
-    """The worker threads' turns at the database, taken in the process.
-
-    SQLite lets one writer in at a time, and a connection that finds the
-    lock taken sleeps in its busy handler, in steps up to 100 ms, before it
-    looks again: with many threads that polling, not the writes, sets the
-    slowest answers. Threads queue on a lock instead and each finds the
-    database free; other processes (`run`, `ingest`) still queue in SQLite.
-    Waiting for a turn counts against the same bound as waiting for SQLite.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        self._lock = threading.Lock()
-        self._timeout = timeout
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(timeout=self._timeout):
-            raise Busy(f"no turn at the database within {self._timeout:g}s")
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
 
 class WebhookApp:
@@ -90,13 +69,13 @@ class WebhookApp:
         self._max_payload = max_payload
         self._clock = clock
         self._retry_after = max(1, math.ceil(busy_timeout))
-        self._turn = WriteTurn(busy_timeout)
+        self._commit = GroupCommit(busy_timeout)
         self._log = log
         self._local = threading.local()
         self._stores: list[Store] = []
         self._stores_lock = threading.Lock()
         self._links = ApprovalPages(self.store, user, zone or ZoneInfo("UTC"), clock,
-                                    self._turn, log, self._retry_after)
+                                    self._commit, log, self._retry_after)
 
     def __call__(self, request: Request) -> Response:
         if request.path == "/healthz":
@@ -153,7 +132,7 @@ class WebhookApp:
         try:
             result = delivery.accept(self.store, source, source_id, request.body,
                                      max_payload=self._max_payload, now=now, check=check,
-                                     turn=self._turn)
+                                     commit=self._commit)
         except SignatureMismatch as exc:
             raise HTTPError(401, str(exc)) from None
         except BadInput as exc:

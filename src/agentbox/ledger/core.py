@@ -65,6 +65,12 @@ class Core:
         """A transaction that does not take the inbox's lock (a conflict's note, say)."""
         return self.engine.write(self._made(), durable=durable)
 
+    def group(self) -> AbstractContextManager[None] | None:
+        """One transaction for every write made inside it, committed once (see
+        :meth:`~agentbox.ledger.engine.Engine.group`); None where the engine groups
+        concurrent commits itself. :class:`agentbox.groupcommit.GroupCommit` uses it."""
+        return self.engine.group(self._made())
+
     @contextmanager
     def _locked(self, durable: bool = True) -> Iterator[tuple[Tx, Lease | None]]:
         """A transaction holding the inbox's lock, and the lease as it stands under it."""

@@ -144,6 +144,14 @@ class Engine(Protocol):
         """Reads that all see one moment of the inbox while writers carry on."""
         ...
 
+    def group(self, box: int) -> AbstractContextManager[None] | None:
+        """One write transaction that every write made inside it joins (each as a
+        savepoint: one that fails is undone alone), committed once for all of them.
+        Where the engine lets one writer in at a time (SQLite), a process's
+        concurrent writers commit together this way, one sync to disk for the
+        group; None where the engine groups concurrent commits itself (PostgreSQL)."""
+        ...
+
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
                     payload: str, now: int) -> int | None:
         """Store a new event under its key in one statement, counted and announced to

@@ -247,6 +247,11 @@ class PostgresEngine:
         """None: a read first would cost every new event a round trip."""
         return None
 
+    def group(self, box: int) -> None:
+        """None: the server commits concurrent transactions together itself, and writers
+        of one inbox queue on its row lock without polling."""
+        return None
+
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
         """A queueing transaction; not durable: ``synchronous_commit = off`` for it alone

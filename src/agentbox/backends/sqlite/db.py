@@ -330,6 +330,20 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
             conn.execute(f"PRAGMA synchronous={level}")
 
 
+@contextmanager
+def savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write inside an open transaction (a group's): kept when it ends, undone alone
+    when anything escapes it, the transaction going on either way."""
+    conn.execute("SAVEPOINT agentbox_write")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK TO agentbox_write")
+        conn.execute("RELEASE agentbox_write")
+        raise
+    conn.execute("RELEASE agentbox_write")
+
+
 def take_write_lock(conn: sqlite3.Connection, statement: str,
                     params: tuple[object, ...] = ()) -> list[Any]:
     """Run a statement that takes the write lock, waiting for the lock in short steps;

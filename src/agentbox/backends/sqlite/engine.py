@@ -170,6 +170,7 @@ class SqliteEngine:
             raise
         self._file = _identity(self.location)
         self._reader = _Reader(self.conn, BOX, self.location)
+        self._grouped = False  # a group's transaction is open: writes are savepoints
 
     @classmethod
     def empty(cls, location: str) -> SqliteEngine:
@@ -179,13 +180,15 @@ class SqliteEngine:
         engine.conn = db.connect_empty()
         engine._presence, engine._file = None, None
         engine._reader = _Reader(engine.conn, BOX, location)
+        engine._grouped = False
         return engine
 
     def current(self) -> sqlite3.Connection:
         """The connection, opened again first when the file at the inbox's path is no
         longer the one it was open on (a restore, or a file copied in by hand): a
         long-running process then works on the inbox that is there now. One stat."""
-        if self._file is not None and _identity(self.location) not in (self._file, None):
+        if self._file is not None and not self._grouped \
+                and _identity(self.location) not in (self._file, None):
             self._reopen()
         return self.conn
 
@@ -212,13 +215,33 @@ class SqliteEngine:
     @contextmanager
     def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
         with self._translated():
+            if self._grouped:
+                with db.savepoint(self.conn):
+                    yield _Tx(self.conn, box, self.location)
+                return
             conn = self.current()
             with db.write(conn, durable):
                 yield _Tx(conn, box, self.location)
 
     @contextmanager
+    def group(self, box: int) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction, durable, that the writes inside join."""
+        if self._grouped:
+            raise RuntimeError("a group is open on this connection already")
+        with self._translated(), db.write(self.current()):
+            self._grouped = True
+            try:
+                yield
+            finally:
+                self._grouped = False
+
+    @contextmanager
     def snapshot(self, box: int) -> Iterator[_Reader]:
-        """A read transaction: in WAL mode it sees one commit while writers go on."""
+        """A read transaction: in WAL mode it sees one commit while writers go on (inside a
+        group, the group's transaction is one already)."""
+        if self._grouped:
+            yield self.reader(box)
+            return
         with self._translated():
             conn = self.current()
             db.waiting(conn)
