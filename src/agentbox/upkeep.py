@@ -48,7 +48,7 @@ class PruneReport:
         return {"dry_run": self.dry_run, "complete": self.complete, "events": c.events,
                 "messages": c.messages, "dispatches": c.dispatches,
                 "keys_forgotten": c.keys_forgotten, "timer_history": c.timer_history,
-                "steps": c.steps,
+                "steps": c.steps, "usage": c.usage,
                 "done_before": self.cutoffs.done_before,
                 "sent_before": self.cutoffs.sent_before,
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
@@ -58,7 +58,8 @@ class PruneReport:
         verb = "would prune" if self.dry_run else "pruned"
         text = (f"{verb} {c.events} done event(s), {c.messages} sent message(s), "
                 f"{c.dispatches} dispatch(es), {c.timer_history} timer history line(s)"
-                f"{f', {c.steps} finished step(s)' if c.steps else ''}; "
+                f"{f', {c.steps} finished step(s)' if c.steps else ''}"
+                f"{f', {c.usage} usage record(s)' if c.usage else ''}; "
                 f"{'would forget' if self.dry_run else 'forgot'} {c.keys_forgotten} "
                 "key(s) past the dedupe window")
         if not self.dry_run:

@@ -306,7 +306,7 @@ def test_a_dispatch_is_finished_when_it_is_settled(backend: Store) -> None:
     failed = backend.claim_dispatch(T0 + 50, "at-least-once", 0, TIMEOUT)
     assert isinstance(failed, Dispatch)
     backend.settle_dispatch(failed.key, "failed", T0 + 70, "exit 1", attempt=1)
-    counts = [backend.prunable(Cutoffs(T0 + 100, 0, 0, at, 0)).dispatches
+    counts = [backend.prunable(Cutoffs(T0 + 100, 0, 0, at, 0, 0)).dispatches
               for at in (T0 + 40, T0 + 41, T0 + 70, T0 + 71)]
     assert counts == [0, 1, 1, 2]
 

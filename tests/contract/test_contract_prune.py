@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentbox import upkeep
 from agentbox.ledger.store import Store
+from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import DAY, Policy
 from agentbox.rules.records import OUTBOX_STATES
@@ -256,3 +257,14 @@ def test_a_resolved_dispatch_goes_once_past_keep_sent(backend: Store) -> None:
     assert backend.resolve_dispatch(uncertain.key, True, T0 + 2) == 1
     assert prune(backend, T0 + 2 + KEEP - 1).dispatches == 0  # kept from its resolve on
     assert prune(backend, T0 + 2 + KEEP + 1).dispatches == 1
+
+
+def test_what_runs_spent_goes_after_keep_done_but_never_within_two_days(backend: Store) -> None:
+    for at in (T0, T0 + 10, T0 + 20):
+        run(backend, "agent", at, Answer(usage=Usage(tokens=at - T0 + 1)))
+    brief = POLICY._replace(keep_done=60)  # shorter than a day: two days stay anyway
+    assert backend.prunable(cutoffs(T0 + 2 * DAY, brief)).usage == 0
+    assert backend.prunable(cutoffs(T0 + 2 * DAY + 1, brief)).usage == 1
+    assert backend.prunable(cutoffs(T0 + KEEP + 11, POLICY)).usage == 2  # keep_done, longer
+    assert prune(backend, T0 + KEEP + 10).usage == 1  # the one at T0
+    assert [r.tokens for r in backend.usage()] == [21, 11]

@@ -133,7 +133,10 @@ def test_why_a_key_is_parked_or_kept() -> None:
 def test_the_cutoffs_of_a_prune() -> None:
     policy = Policy(keep_done=10, keep_sent=20, outbox_gap=30, dedupe_window=40)
     assert retention.cutoffs(1000, policy) == retention.Cutoffs(
-        now=1000, done_before=990, sent_before=980, dispatch_before=970, window=40)
+        now=1000, done_before=990, sent_before=980, dispatch_before=970, window=40,
+        usage_before=1000 - 2 * 86_400)  # a day's budget still reads the last two days
+    assert retention.cutoffs(10**7, Policy(keep_done=3 * 86_400)).usage_before == (
+        10**7 - 3 * 86_400)
     cut = retention.cutoffs(1000, policy)
     assert [cut.remembered_until(at) for at in (959, 960, 961)] == [None, None, 1001]
 

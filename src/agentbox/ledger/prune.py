@@ -45,7 +45,8 @@ def _rows_of() -> dict[str, str]:
         timer_history="""FROM history WHERE inbox_id = :box AND subject = 'timer'
                          AND at < :done_before""",
         steps="""FROM steps WHERE inbox_id = :box AND status IN ('done', 'failed')
-                 AND finished_at < :done_before""")
+                 AND finished_at < :done_before""",
+        usage="FROM run_usage WHERE inbox_id = :box AND at < :usage_before")
 
 
 FLOORS = {"events": "event_floor", "outbox": "message_floor"}
@@ -127,16 +128,26 @@ def _forgotten(tx: Tx, cut: Cutoffs, limit: int) -> int:
             RETURNING 1""", limit=limit, **cut._asdict()))
 
 
-def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
-    """A timer's story keeps its last ``keep_done``: each occurrence adds a line."""
+def _lines(tx: Tx, cut: Cutoffs, limit: int, kind: str, table: str) -> int:
+    """A prune of lines nothing else refers to, oldest (lowest id) first."""
     return len(tx.rows(
-        f"""DELETE FROM history WHERE inbox_id = :box
-                AND id IN (SELECT id {_rows_of()['timer_history']} ORDER BY id LIMIT :limit)
+        f"""DELETE FROM {table} WHERE inbox_id = :box
+                AND id IN (SELECT id {_rows_of()[kind]} ORDER BY id LIMIT :limit)
             RETURNING 1""", limit=limit, **cut._asdict()))
 
 
+def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """A timer's story keeps its last ``keep_done``: each occurrence adds a line."""
+    return _lines(tx, cut, limit, "timer_history", "history")
+
+
+def _usage(tx: Tx, cut: Cutoffs, limit: int) -> int:
+    """What runs said they spent, once no budget can add it up any more."""
+    return _lines(tx, cut, limit, "usage", "run_usage")
+
+
 _KINDS: tuple[Callable[[Tx, Cutoffs, int], int], ...] = (
-    _events, _sent, _dispatches, _forgotten, _timer_history, _steps)
+    _events, _sent, _dispatches, _forgotten, _timer_history, _steps, _usage)
 
 
 class Prune(Core):
@@ -157,8 +168,8 @@ class Prune(Core):
         that :mod:`agentbox.rules.retention` lets go, oldest first: done events
         (their keys and payload digests remembered until ``cut.remembered_until``),
         then sent messages, settled dispatches, remembered keys past the window,
-        timer history, and finished steps (after which their KEY may run again). A
-        total below ``limit`` means nothing is left.
+        timer history, finished steps (after which their KEY may run again) and what
+        runs said they spent. A total below ``limit`` means nothing is left.
 
         While a key is remembered, ingesting it again is ``duplicate`` (same
         digest) or ``conflict`` (another), with the pruned event's id, and

@@ -33,6 +33,7 @@ class PruneCounts(NamedTuple):
     keys_forgotten: int = 0  # remembered keys of pruned events past the dedupe window
     timer_history: int = 0   # timer history lines older than keep_done
     steps: int = 0           # done and failed steps finished before keep_done
+    usage: int = 0           # what runs said they spent, before keep_done (two days kept)
 
     def plus(self, other: PruneCounts) -> PruneCounts:
         return PruneCounts(*(a + b for a, b in zip(self, other, strict=True)))
@@ -43,6 +44,7 @@ class PruneCounts(NamedTuple):
 
 
 PRUNE_EVERY = DAY  # `run` prunes at most this often
+USAGE_KEPT = 2 * DAY  # a budget's local day, whatever the zone, lies within this
 KEPT_SOURCES = (APPROVAL_SOURCE,)
 STEP = 500  # rows per prune transaction: short enough never to hold up an ingest for long
 
@@ -55,6 +57,7 @@ class Cutoffs(NamedTuple):
     sent_before: int      # sent messages sent before this go
     dispatch_before: int  # settled dispatches finished before this go
     window: int           # a pruned key is remembered until its event's arrival + window
+    usage_before: int     # what runs said they spent before this goes
 
     def remembered_until(self, created_at: int) -> int | None:
         """Until when a pruned event's key must be remembered; None if no longer."""
@@ -66,12 +69,15 @@ def cutoffs(now: int, policy: Policy) -> Cutoffs:
     """The bounds of a prune at ``now``.
 
     A dispatch is kept while it still paces the outbox: pruning the last
-    send must never shorten the gap, however short ``keep_sent`` is.
+    send must never shorten the gap, however short ``keep_sent`` is. What runs
+    said they spent is kept while a budget may still add it up: its local day
+    began at most a day and a timezone's offset ago, so two days at least.
     """
     return Cutoffs(now=now, done_before=now - policy.keep_done,
                    sent_before=now - policy.keep_sent,
                    dispatch_before=now - max(policy.keep_sent, policy.outbox_gap),
-                   window=policy.dedupe_window)
+                   window=policy.dedupe_window,
+                   usage_before=now - max(policy.keep_done, USAGE_KEPT))
 
 
 def prune_due(last_prune: int | None, now: int, policy: Policy) -> bool:
