@@ -1,4 +1,5 @@
-"""Random sequences of ingest, acquire, claim, finish, fail, crash, clock, replay and steps.
+"""Random sequences of ingest, acquire, claim, finish, fail, defer, crash, clock, replay,
+steps, the breaker's gate and resume.
 
 A small model of rules 1-4 runs beside a real store, on SQLite and on
 PostgreSQL (a new inbox per example, in one schema per run); after every
@@ -13,7 +14,11 @@ step the store must agree with the model, and the invariants below must hold:
 - each finish that counted writes one version of the agent's state (its patch merged),
   and nothing else does: a refused finish, a failed run, a malformed (oversized) state;
 - a step starts only under the lease, a done step never runs again, and one that died
-  inside runs again as the next attempt (or is parked, at-most-once).
+  inside runs again as the next attempt (or is parked, at-most-once);
+- the breaker's streak grows with each failed or deferred run that counted and ends with
+  a finish; it opens after ``breaker_runs`` over two events or more (a probe's failure
+  opens it again), a finish closes it, `resume` lifts it, and the gate keeps runs out
+  exactly while it is in force.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from hypothesis.stateful import (
 from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
+from agentbox.rules import breaker
 from agentbox.rules.answer import Answer
+from agentbox.rules.breaker import Pause, Streak
 from agentbox.rules.keys import RESERVED_SOURCES
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import EVENT_STATES
@@ -105,6 +112,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.finishes = 0  # finishes that counted: the state's version
         self.state: dict[str, Any] = {}
         self.steps: dict[str, tuple[str, int]] = {}  # key -> (status, attempts)
+        self.streak = Streak()
+        self.pause: Pause | None = None
 
     def open_store(self) -> Store:
         self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
@@ -159,19 +168,30 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             self.finishes += 1
             self.state = {**self.state, w.holder[0]: self.finishes}
+            self.streak = Streak()  # the streak ends; an open breaker (its probe) closes
+            if self.pause is not None and self.pause.kind == breaker.BREAKER:
+                self.pause = None
         return got
+
+    def failed_run(self, ids: list[int]) -> None:
+        """A failed or deferred run that counted: the breaker's streak grows."""
+        self.streak = breaker.after_failed_run(self.streak, ids)
+        if (self.pause is not None and self.pause.kind == breaker.BREAKER) or (
+                self.pause is None and breaker.trips(self.streak, self.policy)):
+            self.pause = breaker.opened(self.now, self.policy)
 
     # -- rules -------------------------------------------------------------------
 
     @initialize(max_attempts=st.integers(1, 3), max_batch=st.integers(1, 4),
-                backoff=st.sampled_from([0, 7]),
+                backoff=st.sampled_from([0, 7]), breaker_runs=st.integers(1, 3),
                 backlog=st.lists(st.sampled_from(KEYS), min_size=1, max_size=5, unique=True))
-    def start(self, max_attempts: int, max_batch: int, backoff: int,
+    def start(self, max_attempts: int, max_batch: int, backoff: int, breaker_runs: int,
               backlog: list[tuple[str, str]]) -> None:
         """A policy, and a few events already waiting so runs have work from the start."""
         self.policy = Policy(lease_ttl=MACHINE_TTL, max_attempts=max_attempts,
                              max_batch=max_batch, retry_backoff=backoff, backoff_cap=20,
-                             max_state=200, keep_state_versions=3)
+                             max_state=200, keep_state_versions=3,
+                             breaker_runs=breaker_runs, breaker_cooldown=MACHINE_TTL)
         for key in backlog:
             self.ingest(key, PAYLOADS[0])
 
@@ -292,7 +312,48 @@ class EngineMachine(RuleBasedStateMachine):
             last = row.attempts >= self.policy.max_attempts
             self.rows[i] = replace(row, status="dead" if last else "pending",
                                    available_at=self.now + self.policy.backoff(row.attempts))
+        self.failed_run(w.claimed)
         w.claimed = []
+
+    @rule(name=st.sampled_from(WORKERS))
+    def failing_run(self, name: str) -> None:
+        """A whole run whose handler errs: what trips a breaker, run after run."""
+        self.start_run(name)
+        self.fail(name)
+
+    @rule(name=st.sampled_from(WORKERS))
+    def defer(self, name: str) -> None:
+        """The handler exited 75: attempts given back, a wait, never dead; it counts
+        towards the breaker."""
+        w = self.workers[name]
+        expected = self.fenced(w, w.claimed)
+        before = None if expected else self.dump()
+        got = self.store.defer(w.holder, w.claim_generation, self.now, w.claimed, "exit 75",
+                               self.policy)
+        assert got == expected
+        if not got:
+            assert self.dump() == before
+            return
+        for i in w.claimed:
+            row = self.rows[i]
+            self.rows[i] = replace(row, status="pending", attempts=max(row.attempts - 1, 0),
+                                   available_at=self.now + breaker.tempfail_wait(self.policy))
+        self.failed_run(w.claimed)
+        w.claimed = []
+
+    @rule()
+    def gate(self) -> None:
+        """What a run asks before it claims: the pause in force, or None (no budget is
+        set here, so the gate only reads)."""
+        before = self.dump()
+        assert self.store.gate(self.now, (self.now, self.now + 86_400), self.policy) == (
+            breaker.in_force(self.pause, self.now))
+        assert self.dump() == before
+
+    @rule()
+    def resume(self) -> None:
+        assert self.store.resume(self.now) == self.pause
+        self.pause, self.streak = None, Streak()
 
     @rule(name=st.sampled_from(WORKERS))
     def finish_oversized(self, name: str) -> None:
@@ -399,6 +460,12 @@ class EngineMachine(RuleBasedStateMachine):
     def state_version_counts_the_finishes_that_counted(self) -> None:
         state = self.store.state()
         assert (state.version, state.value()) == (self.finishes, self.state)
+
+    @invariant()
+    def the_breaker_matches_the_model(self) -> None:
+        governor = self.store.governor()
+        assert (governor.pause, governor.streak, governor.waived_until) == (
+            self.pause, self.streak, None)
 
     @invariant()
     def the_journal_matches_the_model(self) -> None:
