@@ -95,11 +95,15 @@ _NOT_PLAIN = re.compile(r"[0-9][.eE]|[0-9]{16}")
 _BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
+# One encoder for every payload: json.dumps() with options builds a new one per call.
+_LEGACY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           allow_nan=False)
+
+
 def legacy_canonical(value: Any) -> str:
     """The spelling agentbox 0.2 stored (sorted keys, Python's numbers): what a
     payload stored or remembered before JCS is compared by."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _LEGACY.encode(value)
 
 
 def canonical(value: Any) -> str:
@@ -113,7 +117,9 @@ def _spellings(value: Any) -> tuple[str, str | None]:
         text = legacy_canonical(value)
         text.encode("utf-8")  # lone surrogates from "\ud800" escapes end here
         old = None
-        if _NOT_PLAIN.search(_STRINGS.sub("", text)) or (
+        # Strings are taken out only when something in the text looks like such a
+        # number: most payloads have none, and the search alone is cheap.
+        if (_NOT_PLAIN.search(text) and _NOT_PLAIN.search(_STRINGS.sub("", text))) or (
                 not text.isascii() and _BEYOND_BMP.search(text)):
             text, old = _jcs(value), text
     except UnicodeEncodeError:

@@ -13,6 +13,13 @@ RESERVED_SOURCES = {"approval": "agentbox approve", "timer": "agentbox schedule"
 
 def check_key(source: str, source_id: str) -> None:
     """Refuse keys that could never be stored or looked up reliably."""
+    # The common case, decided at once: ASCII keys of a sane length (the loop below
+    # finds what is wrong with any other, to say so).
+    if (type(source) is str and type(source_id) is str
+            and 0 < len(source) <= MAX_KEY_LENGTH and 0 < len(source_id) <= MAX_KEY_LENGTH
+            and source.isascii() and source_id.isascii()
+            and "\x00" not in source and "\x00" not in source_id):
+        return
     for name, value in (("source", source), ("source_id", source_id)):
         if not isinstance(value, str) or not value:
             raise BadInput(f"{name} must be a non-empty string")
