@@ -402,6 +402,28 @@ def findings(path: Path) -> list[str]:
     for table, where in tables:
         read = _read(table, where)
         found += read.unknown + list(read.problems.values())
+    return list(dict.fromkeys(found + _named_findings(doc, path, list(users))))
+
+
+def _named_findings(doc: dict[str, Any], path: Path, users: list[str]) -> list[str]:
+    """What is wrong in the ``[sources.NAME]`` and ``[channels.NAME]`` tables, shared
+    (read as for a user with no table of their own) and each user's: what `serve`,
+    `run` and `dispatch` would stop on."""
+    from agentbox import channels, sources
+
+    def read_sources(user: str) -> object:
+        return sources.in_force(doc, path, user)
+
+    def read_channels(user: str) -> object:
+        return channels.configured(doc, path, user, _resolve(doc, path, user))
+
+    found = []
+    for user in ["", *users]:  # "" names no user: the shared tables alone
+        for read in (read_sources, read_channels):
+            try:
+                read(user)
+            except UsageError as exc:
+                found.append(str(exc))
     return found
 
 

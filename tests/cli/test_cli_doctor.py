@@ -145,3 +145,18 @@ def test_a_config_with_a_typo_or_a_bad_value_fails(cli: Cli, home: Path) -> None
     assert "[users.bob]: outbox_gap: not a duration" in checks["config"][1]
     (home / "config.toml").write_text("max_attempts = 5\n")
     assert doctor(cli)[0] == 0
+
+
+def test_a_bad_channel_or_source_table_fails_as_dispatch_and_serve_would(cli: Cli,
+                                                                         home: Path) -> None:
+    assert cli("ingest", "s", "1", now=T0).code == 0
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[sources.gh]\nid_heder = "X-Id"\n'
+                                      '[users.bob.channels.sms]\nmax_per_day = 0\n')
+    code, checks = doctor(cli)
+    assert (code, failed(checks)) == (1, ["config"])
+    said = checks["config"][1]
+    assert "[sources.gh]: unknown setting 'id_heder'" in said
+    assert "[users.bob.channels.sms]: max_per_day" in said
+    (home / "config.toml").write_text('[channels.sms]\ngap = "4h"\nquiet_hours = "22:00-07:00"\n')
+    assert doctor(cli)[0] == 0
