@@ -18,7 +18,7 @@ hours are read in the ``timezone`` setting's zone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from agentbox.rules.records import DEFAULT_CHANNEL
 if TYPE_CHECKING:
     from agentbox.config import Settings
     from agentbox.rules.quiet import Window
+    from agentbox.sources import Setting, Table
 
 
 def _window(value: Any) -> Window:
@@ -37,13 +38,19 @@ def _window(value: Any) -> Window:
     return parse_window(value)
 
 
-def _keys() -> dict[str, Callable[[Any], Any]]:
+# A channel's key and the top-level setting it stands in for (and is read as).
+SAME_AS = {"sender": "sender", "gap": "outbox_gap", "delivery": "delivery",
+           "urgent_in_quiet_hours": "auto_prune",  # a switch, read the same way
+           "max_per_day": "max_batch"}  # a whole number of at least 1
+
+
+def parse_key(key: str, raw: Any) -> Any:
+    """One key of a channel read (BadInput when it is no such value)."""
+    if key == "quiet_hours":
+        return _window(raw)
     from agentbox.config import KEYS
 
-    return {"sender": KEYS["sender"].parse, "gap": KEYS["outbox_gap"].parse,
-            "delivery": KEYS["delivery"].parse, "quiet_hours": _window,
-            "urgent_in_quiet_hours": KEYS["auto_prune"].parse,  # a switch, read the same way
-            "max_per_day": KEYS["max_batch"].parse}  # a whole number of at least 1
+    return KEYS[SAME_AS[key]].parse(raw)
 
 
 KEY_HELP = {
@@ -58,18 +65,22 @@ KEY_HELP = {
 }
 
 
+DEFAULTS: dict[str, Any] = {"quiet_hours": None, "urgent_in_quiet_hours": True,
+                           "max_per_day": None}  # the keys no top-level setting stands for
+
+
 @dataclass(frozen=True)
 class Channel:
     name: str
     sender: list[str] | None
     gap: int
     delivery: str
-    quiet_hours: Window | None = None
-    urgent_in_quiet_hours: bool = True
-    max_per_day: int | None = None
+    quiet_hours: Window | None
+    urgent_in_quiet_hours: bool
+    max_per_day: int | None
 
 
-def _name(name: str, where: str) -> None:
+def check_name(name: str, where: str) -> None:
     from agentbox.rules.keys import check_delivery_key
 
     try:
@@ -78,31 +89,46 @@ def _name(name: str, where: str) -> None:
         raise UsageError(f"{where}: not a channel name: {exc}") from None
 
 
+def keys_in_force(name: str, layers: list[Table], path: Path,
+                  settings: Settings) -> dict[str, Setting]:
+    """Each key of channel ``name`` in force: from its tables (the user's last), else
+    the top-level setting it stands in for (``gap`` is ``outbox_gap``), else none. A
+    bad key is a usage error naming its table."""
+    from agentbox.sources import Setting
+
+    found = {"sender": Setting(settings.sender, "setting sender")}
+    for key in ("gap", "delivery"):
+        found[key] = Setting(settings.value(SAME_AS[key]), f"setting {SAME_AS[key]}")
+    found.update((key, Setting(value, "default")) for key, value in DEFAULTS.items())
+    for table, where in layers:
+        check_name(name, f"{path} [{where}]")
+        for key, raw in table.items():
+            if key not in KEY_HELP:
+                raise UsageError(f"{path} [{where}]: unknown key {key!r} (known: "
+                                 f"{', '.join(KEY_HELP)})")
+            try:
+                found[key] = Setting(parse_key(key, raw), f"config [{where}]", raw)
+            except BadInput as exc:
+                raise UsageError(f"{path} [{where}]: {key}: {exc}") from None
+    return found
+
+
+def in_force(doc: Mapping[str, Any], path: Path, user: str,
+             settings: Settings) -> dict[str, dict[str, Setting]]:
+    """Every channel ``user`` has, ``default`` first, with each key in force."""
+    from agentbox.sources import tables
+
+    layers = tables(doc, path, user, "channels")
+    return {name: keys_in_force(name, layers.get(name, []), path, settings)
+            for name in [DEFAULT_CHANNEL, *sorted(n for n in layers if n != DEFAULT_CHANNEL)]}
+
+
 def configured(doc: Mapping[str, Any], path: Path, user: str,
                settings: Settings) -> dict[str, Channel]:
     """Every channel ``user`` has, ``default`` first; a bad key is a usage error naming
     its table."""
-    from agentbox.sources import tables
-
-    keys = _keys()
-    found: dict[str, Channel] = {}
-    layers = tables(doc, path, user, "channels")
-    for name in [DEFAULT_CHANNEL, *sorted(n for n in layers if n != DEFAULT_CHANNEL)]:
-        values: dict[str, Any] = {"sender": settings.sender,
-                                  "gap": settings.value("outbox_gap"),
-                                  "delivery": settings.value("delivery")}
-        for table, where in layers.get(name, []):
-            _name(name, f"{path} [{where}]")
-            for key, raw in table.items():
-                if key not in keys:
-                    raise UsageError(f"{path} [{where}]: unknown key {key!r} (known: "
-                                     f"{', '.join(keys)})")
-                try:
-                    values[key] = keys[key](raw)
-                except BadInput as exc:
-                    raise UsageError(f"{path} [{where}]: {key}: {exc}") from None
-        found[name] = Channel(name, **values)
-    return found
+    return {name: Channel(name, **{key: setting.value for key, setting in keys.items()})
+            for name, keys in in_force(doc, path, user, settings).items()}
 
 
 def resolve(path: Path, user: str, settings: Settings) -> dict[str, Channel]:

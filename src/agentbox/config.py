@@ -19,7 +19,9 @@ key (see :class:`Settings`). ``doctor`` reports both (:func:`findings`).
 
 Webhook sources for ``agentbox serve`` are tables ``[sources.NAME]`` (and
 ``[users.USER.sources.NAME]``, whose keys win), read by :mod:`agentbox.sources`;
-their keys are named ``sources.NAME.KEY`` here, for ``config get|set|unset``.
+outbox channels likewise ``[channels.NAME]``, read by :mod:`agentbox.channels`.
+Their keys are named ``sources.NAME.KEY`` and ``channels.NAME.KEY`` here, for
+``config get|set|unset``.
 """
 
 import contextlib
@@ -451,25 +453,42 @@ def _resolve(doc: dict[str, Any], path: Path, user: str,
     return Settings(values, problems, origins)
 
 
-def _known(key: str) -> None:
-    from agentbox.sources import KEYS as SOURCE_KEYS
-    from agentbox.sources import split_key
+NAMED = ("sources", "channels")  # tables of per-NAME tables whose keys config names
 
-    named = split_key(key)
-    if named is not None and named[1] not in SOURCE_KEYS:
-        raise UsageError(f"unknown setting {named[1]!r} of a source; known: "
-                         f"{', '.join(SOURCE_KEYS)}")
+
+def split_named(dotted: str) -> tuple[str, str, str] | None:
+    """``sources.NAME.KEY`` or ``channels.NAME.KEY`` as (kind, NAME, KEY); None for a key
+    that begins otherwise. NAME may itself hold dots: KEY, after the last one, never does."""
+    kind, _, rest = dotted.partition(".")
+    if kind not in NAMED or not rest:
+        return None
+    name, _, key = rest.rpartition(".")
+    if not name or not key:
+        raise UsageError(f"{dotted!r}: a {kind[:-1]}'s setting is written {kind}.NAME.KEY "
+                         f"(KEY one of {', '.join(_named_keys(kind))})")
+    return kind, name, key
+
+
+def _named_keys(kind: str) -> list[str]:
+    from agentbox import channels, sources
+
+    return list(sources.KEYS if kind == "sources" else channels.KEY_HELP)
+
+
+def _known(key: str) -> None:
+    named = split_named(key)
+    if named is not None and named[2] not in _named_keys(named[0]):
+        raise UsageError(f"unknown setting {named[2]!r} of a {named[0][:-1]}; known: "
+                         f"{', '.join(_named_keys(named[0]))}")
     if named is None and key not in KEYS:
         raise UsageError(f"unknown setting {key!r}; known: {', '.join(sorted(KEYS))}, "
-                         "and sources.NAME.KEY")
+                         "and sources.NAME.KEY, channels.NAME.KEY")
 
 
 def _place(key: str) -> list[str]:
-    """Where ``key`` is written in a table: itself, or ``sources.NAME.KEY`` as three names."""
-    from agentbox.sources import split_key
-
-    named = split_key(key)
-    return [key] if named is None else ["sources", *named]
+    """Where ``key`` is written in a table: itself, or ``KIND.NAME.KEY`` as three names."""
+    named = split_named(key)
+    return [key] if named is None else list(named)
 
 
 def get_value(path: Path, key: str, user: str) -> Lookup:
@@ -481,11 +500,13 @@ def get_value(path: Path, key: str, user: str) -> Lookup:
     doc = load(path)
     place = _place(key)
     if len(place) > 1:
-        from agentbox import sources
+        from agentbox import channels, sources
 
-        name, field = place[1:]
-        layers = sources.tables(doc, path, user).get(name, [])
-        found = sources.resolve(name, layers, path)[1].get(field, sources.Setting(None, "default"))
+        kind, name, field = place
+        layers = sources.tables(doc, path, user, kind).get(name, [])
+        keys = (sources.resolve(name, layers, path)[1] if kind == "sources"
+                else channels.keys_in_force(name, layers, path, _resolve(doc, path, user)))
+        found = keys.get(field, sources.Setting(None, "default"))
         return Lookup(key, found.value, found.origin, found.written)
     settings = _resolve(doc, path, user)
     origin = settings.origins[key]
@@ -560,7 +581,8 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
         raw.encode("utf-8")  # TOML is UTF-8: an argument in other bytes cannot be kept
     except UnicodeEncodeError:
         raise UsageError(f"{key}: the value is not valid UTF-8") from None
-    value = _checked(key, raw) if len(place) == 1 else _checked_source(place[1], place[2], raw)
+    value = _checked(key, raw) if len(place) == 1 else _checked_named(place[0], place[1],
+                                                                       place[2], raw)
 
     def change(doc: dict[str, Any]) -> bool:
         table = _table(doc, path, user, make=True)
@@ -575,25 +597,37 @@ def set_value(path: Path, key: str, raw: str, user: str | None) -> Any:
     return value
 
 
-def _checked(key: str, raw: str) -> Any:
-    """``raw`` as ``key`` is stored: a number, a command's argv, or the text; checked."""
+def _checked(key: str, raw: str, said: str | None = None) -> Any:
+    """``raw`` as ``key`` is stored: a number, a command's argv, or the text; checked.
+    Errors name the key as ``said`` (a channel's key read as this setting)."""
+    said = said or key
     value: Any = int(raw) if key not in _TEXT_KEYS and raw.isascii() and raw.isdigit() else raw
     if KEYS[key].parse is parse_command and raw.lstrip().startswith("["):
-        value = _json_argv(key, raw)  # a command given as a JSON array is kept as a list
+        value = _json_argv(said, raw)  # a command given as a JSON array is kept as a list
     try:
         KEYS[key].parse(value)
         check = KEYS[key].check
         if check is not None:
             check(value)
     except BadInput as exc:
-        raise UsageError(f"{key}: {exc}") from None
+        raise UsageError(f"{said}: {exc}") from None
     return value
 
 
-def _checked_source(name: str, key: str, raw: str) -> Any:
-    """``raw`` as a source's ``key`` is stored (text; a tolerance may be seconds); checked."""
-    from agentbox import sources
+def _checked_named(kind: str, name: str, key: str, raw: str) -> Any:
+    """``raw`` as a source's or channel's ``key`` is stored, checked: a source's as text
+    (a tolerance may be seconds), a channel's as the setting it stands in for."""
+    from agentbox import channels, sources
 
+    if kind == "channels":
+        channels.check_name(name, f"channels.{name}")
+        if key in channels.SAME_AS:
+            return _checked(channels.SAME_AS[key], raw, f"channels.{name}.{key}")
+        try:
+            channels.parse_key(key, raw)
+        except BadInput as exc:
+            raise UsageError(f"channels.{name}.{key}: {exc}") from None
+        return raw
     sources.check_name(name, f"sources.{name}")
     value: Any = int(raw) if key == "tolerance" and raw.isascii() and raw.isdigit() else raw
     sources.parse_value(key, value, f"sources.{name}")

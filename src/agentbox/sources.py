@@ -206,20 +206,6 @@ def parse_value(key: str, raw: Any, where: str) -> Any:
         raise UsageError(f"{where}: {key} {exc}") from None
 
 
-def split_key(dotted: str) -> tuple[str, str] | None:
-    """``sources.NAME.KEY`` as (NAME, KEY); None for a key that does not begin so.
-
-    NAME may itself hold dots: KEY, after the last one, never does.
-    """
-    if not dotted.startswith("sources."):
-        return None
-    name, _, key = dotted[len("sources."):].rpartition(".")
-    if not name or not key:
-        raise UsageError(f"{dotted!r}: a source's setting is written sources.NAME.KEY "
-                         f"(KEY one of {', '.join(KEYS)})")
-    return name, key
-
-
 def configured(doc: Mapping[str, Any], path: Path, user: str) -> dict[str, Source]:
     """The sources config.toml (``doc``, read from ``path``) names for ``user``, checked;
     a bad one is a usage error."""

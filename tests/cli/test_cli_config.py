@@ -106,6 +106,12 @@ def test_set_human_output(cli: Cli, home: Path) -> None:
     ("sources.s.colour", "red", "unknown setting 'colour' of a source"),
     ("sources.timer.id_header", "X", "agentbox's own"),
     ("sources.id_header", "X", "sources.NAME.KEY"),
+    ("channels.sms.gap", "soon", "channels.sms.gap: not a duration"),
+    ("channels.sms.quiet_hours", "25:00-07:00", "HH:MM-HH:MM"),
+    ("channels.sms.max_per_day", "0", "at least 1"),
+    ("channels.sms.sender", '["unclosed', "JSON array"),
+    ("channels.sms.colour", "red", "unknown setting 'colour' of a channel"),
+    ("channels.gap", "4h", "channels.NAME.KEY"),
 ])
 def test_set_refuses_bad_values_and_writes_nothing(cli: Cli, home: Path, one_error: Any,
                                                    tree_snapshot: Any, key: str, value: str,

@@ -42,13 +42,14 @@ def config_path() -> None:
 def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """The settings in force for this user, and where each comes from.
 
-    The webhook sources config.toml names follow, as sources.NAME.KEY.
+    The webhook sources and outbox channels config.toml names follow, as
+    sources.NAME.KEY and channels.NAME.KEY.
     """
     _show(ctx, as_json)
 
 
 def _show(ctx: typer.Context, as_json: bool) -> None:
-    from agentbox import config, paths, render, sources
+    from agentbox import channels, config, paths, render, sources
 
     sess = session(ctx)
     settings = sess.settings()
@@ -56,9 +57,15 @@ def _show(ctx: typer.Context, as_json: bool) -> None:
              else settings.value(key), "origin": settings.origins[key],
              "help": config.described(key)} for key, known in config.KEYS.items()]
     path = paths.config_path()
-    for name, keys in sources.in_force(config.load(path), path, sess.user).items():
+    doc = config.load(path)
+    for name, keys in sources.in_force(doc, path, sess.user).items():
         rows += [{"key": f"sources.{name}.{key}", "value": found.value, "origin": found.origin,
                   "help": sources.KEYS[key].help} for key, found in keys.items()]
+    for name, keys in channels.in_force(doc, path, sess.user, settings).items():
+        # quiet hours as written ("22:00-07:00"), not as the window they are read into
+        rows += [{"key": f"channels.{name}.{key}", "value": found.written
+                  if key == "quiet_hours" else found.value, "origin": found.origin,
+                  "help": channels.KEY_HELP[key]} for key, found in keys.items()]
     render.records(rows, ["key", "value", "origin", "help"], as_json, title="settings",
                    text=["value", "help"])
 
@@ -117,7 +124,9 @@ def config_set(
 
     The value is checked first; a bad one is refused (exit 2) and nothing is written.
     A webhook source's key is sources.NAME.KEY (see `agentbox serve --help`);
-    a source table that is not complete yet is said on stderr.
+    a source table that is not complete yet is said on stderr. An outbox
+    channel's key is channels.NAME.KEY (sender, gap, delivery, quiet_hours,
+    urgent_in_quiet_hours, max_per_day).
     """
     from agentbox import config, paths, render
     from agentbox.errors import UsageError
@@ -154,7 +163,7 @@ def config_unset(ctx: typer.Context, key: KeyArg, all_users: AllUsersFlag = Fals
     path = paths.config_path()
     removed = config.unset_value(path, key, user)
     now: config.Lookup | None = None
-    if key in config.KEYS or key.startswith("sources."):
+    if key in config.KEYS or config.split_named(key) is not None:
         try:
             now = config.get_value(path, key, sess.user)
         except UsageError:  # another part of the file is still broken: the unset stands
