@@ -12,13 +12,23 @@ What is once and what may repeat: a ``done`` step never runs again; a worker
 without the lease starts nothing; a try killed inside its work left no end,
 so the next try runs it again (at-least-once, under the same key) or parks it
 ``uncertain`` (at-most-once).
+
+Under ``agentbox rehearse`` the handler's environment also holds
+``AGENTBOX_REHEARSAL`` (:data:`REHEARSAL_VARIABLE`): a file where each try that
+runs notes its KEY, so the rehearsal sees which steps a run began, and, when
+the rehearsal's fault is a kill inside a step, which try it strikes. That try's
+work runs, then the step SIGKILLs its whole process group (the handler, the
+step, all they started) before the try's end is recorded: the worst moment to
+die, the side effect done and the journal still saying ``started``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple
@@ -30,6 +40,7 @@ if TYPE_CHECKING:
     from agentbox.rules.steps import Outcome
 
 RUN_VARIABLE = "AGENTBOX_RUN"
+REHEARSAL_VARIABLE = "AGENTBOX_REHEARSAL"
 CHUNK = 65536
 
 
@@ -114,15 +125,41 @@ def journaled(store: Store, run: RunRef, key: str, mode: str,
     if begun.action == "memo":
         return Ran("memo", begun.attempt, begun.output, 0)
     attempt = StepTry(step_key(store.instance_id(), key), begun.attempt)
+    strike = _rehearsed(key)
     try:
         outcome = work(attempt)
     except Exception as exc:
+        if strike:
+            _die()
         store.end_step(key, run.generation, begun.attempt,
                        Outcome("failed", 1, None, f"{type(exc).__name__}: {exc}"[:500]),
                        clock())
         raise
+    if strike:
+        _die()
     kept = store.end_step(key, run.generation, begun.attempt, outcome, clock())
     return Ran("ran", begun.attempt, outcome.output, outcome.exit_code, outcome.error, kept)
+
+
+def _rehearsed(key: str) -> bool:
+    """Under a rehearsal, note this try in the run's step log; True when the rehearsal's
+    fault is to kill the run inside it (the log's ``kill`` line names its ordinal)."""
+    text = os.environ.get(REHEARSAL_VARIABLE)
+    if not text:
+        return False
+    doc = json.loads(text)  # written by agentbox.rehearsal.play, never by a user
+    with open(doc["steps"], "a+b") as log:
+        fcntl.flock(log, fcntl.LOCK_EX)  # steps of one run may run side by side
+        log.write(json.dumps(key).encode("utf-8") + b"\n")
+        log.flush()
+        log.seek(0)
+        tries = log.read().count(b"\n")
+    return bool(doc.get("kill_step") == tries)
+
+
+def _die() -> None:
+    """The rehearsal's kill inside a step: the handler's whole group, this process too."""
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def command_work(argv: Sequence[str], out: IO[bytes], max_output: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from agentbox.errors import UsageError
 from agentbox.rehearsal import rehearse
 from agentbox.rules.faults import FaultSpec, parse
 from agentbox.rules.policy import Policy
-from support.rehearsal import agent, day_traffic
+from support.rehearsal import agent, day_traffic, stepping_agent
 
 SEEDS = range(20)
 
@@ -111,3 +112,83 @@ class _Empty:
 
     def finished_twice(self) -> list[tuple[int, int]]:
         return []
+
+    def steps(self, status: str | None = None) -> list[object]:
+        return []
+
+
+def _effects(path: Path) -> Counter[str]:
+    return Counter(line.split()[0] for line in path.read_text().splitlines())
+
+
+def test_a_kill_inside_a_step_reruns_it_under_its_key_and_a_done_step_never_again(
+        tmp_path: Path) -> None:
+    argv = stepping_agent(tmp_path)
+    effects = tmp_path / "emails.log"
+    inside = 0
+    for seed in range(6):
+        effects.unlink(missing_ok=True)
+        report = rehearse(day_traffic(), Policy(), argv, "alice", FaultSpec(kill=0.5), seed,
+                          env={**os.environ, "EFFECTS": str(effects)})
+        assert report.failures == [] and all(p.held for p in report.promises), seed
+        struck = [r for r in report.played.runs if "inside step" in (r.error or "")]
+        inside += len(struck)
+        mailed = _effects(effects)
+        tries = Counter(report.played.step_tries)
+        assert mailed == tries  # every try the rehearsal saw ran its work, and only those
+        assert {s.key: s.tries for s in report.step_repeats} == {
+            k: n for k, n in tries.items() if n > 1}
+        assert report.totals["steps_done"] == report.totals["steps"] == len(tries)
+        assert report.totals["step_tries"] == sum(tries.values())
+        attempts: dict[str, list[int]] = {}
+        for line in effects.read_text().splitlines():
+            key, attempt = line.split()
+            attempts.setdefault(key, []).append(int(attempt))
+        # each try is a new attempt (a try killed before its work still counts one)
+        assert all(a == sorted(set(a)) for a in attempts.values())
+    assert inside, "no kill landed inside a step"
+
+
+def test_at_most_once_a_step_killed_inside_is_parked_and_never_run_again(
+        tmp_path: Path) -> None:
+    argv = stepping_agent(tmp_path)
+    effects = tmp_path / "emails.log"
+    for seed in range(10):
+        effects.unlink(missing_ok=True)
+        report = rehearse(day_traffic(), Policy(), argv, "alice", FaultSpec(kill=0.5), seed,
+                          env={**os.environ, "EFFECTS": str(effects),
+                               "STEP_MODE": "at-most-once"})
+        if report.totals["steps_uncertain"]:
+            break
+    assert report.totals["steps_uncertain"], "no seed killed a run inside a step"
+    assert set(_effects(effects).values()) == {1}  # no e-mail went out twice
+    assert all(p.held for p in report.promises)
+    assert report.failures and report.exit_code(fail_on_diff=False) == 1  # the parked step
+    assert any("uncertain" in (r.error or "") for r in report.failures)
+
+
+def test_a_done_step_run_again_breaks_its_promise(tmp_path: Path) -> None:
+    """The promise reads the journal: a done step whose work ran again is named."""
+    from agentbox.rehearsal.report import promises
+
+    argv = stepping_agent(tmp_path)
+    effects = tmp_path / "emails.log"
+    seen: list[Any] = []
+
+    def check(traffic: Any, played: Any, store: Any, policy: Any) -> Any:
+        done = store.steps("done")[0]
+        played.step_tries.append(done.key)  # as if its work had run once more
+        seen.extend(promises(traffic, played, store, policy))
+        return seen
+
+    import agentbox.rehearsal.report as module
+    original = module.promises
+    module.promises = check
+    try:
+        rehearse(day_traffic(), Policy(), argv, "alice", None, 0,
+                 env={**os.environ, "EFFECTS": str(effects)})
+    finally:
+        module.promises = original
+    broken = {p.name: p.broken for p in seen if not p.held}
+    assert list(broken) == ["done steps ran once"]
+    assert "ran 2 times; the journal counts 1 tries" in broken["done steps ran once"][0]

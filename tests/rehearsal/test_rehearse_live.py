@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentbox.location import is_url
 from support.fixtures import Cli
-from support.rehearsal import END, T0, agent, live_day
+from support.rehearsal import END, T0, agent, live_day, stepping_agent
 
 TABLES = ("events", "history", "outbox", "dispatches", "timers", "approvals", "inboxes")
 
@@ -122,3 +124,24 @@ def test_the_settings_in_force_are_rehearsed_and_a_change_is_said(cli: Cli,
                  if p["rehearsed"]]
     assert rehearsed[:2] == [(T0, "you said hello"), (T0 + 600, "you said deploy?")]
     assert len(rehearsed) > len(live) and doc["differences"] > 0
+
+
+def test_a_step_killed_inside_is_named_as_repeated(cli: Cli, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text report's totals count the steps, and a step whose work ran twice is named."""
+    live_day(cli, agent(tmp_path))
+    path, _ = _export(cli, tmp_path)
+    argv = stepping_agent(tmp_path)
+    effects = tmp_path / "emails.log"
+    monkeypatch.setenv("EFFECTS", str(effects))
+    for seed in range(8):
+        effects.unlink(missing_ok=True)
+        result = cli("rehearse", "--from", str(path), "--faults", "kill=0.6", "--seed",
+                     str(seed), "--", *argv, now=END)
+        assert result.code == 0, result.err
+        if "repeated: step" in result.out:
+            break
+    assert "repeated: step 'mail-" in result.out, result.out
+    assert "its work saw the same AGENTBOX_STEP_KEY each time" in result.out
+    assert "uncertain; " in result.out and "tries run); usage: 0 tokens, cost 0" in result.out
+    assert "done steps ran once" in result.out

@@ -45,6 +45,35 @@ for e in batch["events"]:
 json.dump(answer, sys.stdout)
 '''
 
+# The same day's agent sending each chat reply's e-mail inside a journaled step, keyed by
+# the event: the step's work appends "KEY ATTEMPT" to $EFFECTS, then works a while, so a
+# kill inside the step lands after the e-mail went out and before its end is recorded.
+# $STEP_MODE, when set, is the steps' mode.
+STEPPING_AGENT = r'''
+import os, time
+from agentbox.handler import Reply, handler
+
+def mailer(key):
+    def send(attempt):
+        with open(os.environ["EFFECTS"], "a") as fh:
+            fh.write(f"{key} {attempt.attempt}\n")
+        time.sleep(0.05)
+        return "mailed"
+    return send
+
+@handler
+def answer(batch):
+    messages = []
+    for e in batch.events:
+        if e.source == "chat" and "text" in e.payload:
+            key = "mail-" + e.source_id
+            batch.step(key, mailer(key), mode=os.environ.get("STEP_MODE"))
+            messages.append("you said " + e.payload["text"])
+    return Reply(messages=messages)
+
+answer.main()
+'''
+
 T0 = 1767225600  # 2026-01-01T00:00:00Z
 # (seconds after T0, what happens): an arrival (source, key, payload) or an answer (id, reply)
 DAY: list[tuple[int, tuple[Any, ...]]] = [
@@ -64,6 +93,12 @@ END = T0 + 9000
 def agent(folder: Path) -> list[str]:
     script = folder / "agent.py"
     script.write_text(AGENT)
+    return [sys.executable, str(script)]
+
+
+def stepping_agent(folder: Path) -> list[str]:
+    script = folder / "stepping_agent.py"
+    script.write_text(STEPPING_AGENT)
     return [sys.executable, str(script)]
 
 

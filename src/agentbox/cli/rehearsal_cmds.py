@@ -108,7 +108,9 @@ def _totals(t: "dict[str, Any]") -> list[str]:
             f"refused, {t['dead']} dead, {t['unfinished']} unfinished)",
             f"approvals: {t['approvals']} ({t['approved']} yes, {t['declined']} no, "
             f"{t['expired']} expired); timers fired: {t['timers_fired']}; sends: "
-            f"{t['sends']}"]
+            f"{t['sends']}",
+            f"steps: {t['steps']} ({t['steps_done']} done, {t['steps_uncertain']} uncertain; "
+            f"{t['step_tries']} tries run); usage: {t['tokens']} tokens, cost {t['cost']:g}"]
 
 
 def _show(report: "Report", origin: str) -> None:
@@ -135,6 +137,9 @@ def _show(report: "Report", origin: str) -> None:
         runs = ", ".join(f"run {n} ({outcome})" for n, outcome in repeat.runs)
         render.line(f"repeated: {repeat.source}/{repeat.key} was handed to the handler in "
                     f"{runs}; an effect it had outside agentbox may have happened twice")
+    for step in report.step_repeats:
+        render.line(f"repeated: step {step.key!r} ran {step.tries} times ({step.status} now); "
+                    "its work saw the same AGENTBOX_STEP_KEY each time")
     for run in report.failures:
         render.line(f"run {run.n} at {render.when(run.at)} {run.outcome}: {run.error}")
 

@@ -26,17 +26,22 @@ def rehearse(traffic: Recording, policy: Policy, argv: Sequence[str], user: str,
              env: Mapping[str, str] | None = None,
              channels: Sequence[Planned] = ()) -> Report:
     """Replay ``traffic`` against the handler ``argv`` on a temporary SQLite inbox,
-    removed afterwards; nothing else is written. ``channels`` are the outbox channels
-    dispatched, each under its own policy and quiet hours (none: ``default`` under
-    ``policy``)."""
+    removed afterwards with the folder of the runs' step log; nothing else is
+    written. ``channels`` are the outbox channels dispatched, each under its own
+    policy and quiet hours (none: ``default`` under ``policy``)."""
+    import tempfile
+    from pathlib import Path
+
     from agentbox.location import scratch_store
     from agentbox.rehearsal import report
     from agentbox.rehearsal.faults import Faults
     from agentbox.rehearsal.play import Rehearsal
 
     drawn = Faults(faults, seed) if faults is not None and faults.any else None
-    with scratch_store(None, user) as store:
-        played = Rehearsal(store, policy, traffic, argv, user, drawn, env, channels).play()
+    with (scratch_store(None, user) as store,
+          tempfile.TemporaryDirectory(prefix="agentbox-rehearsal-") as folder):
+        played = Rehearsal(store, policy, traffic, argv, user, Path(folder), drawn, env,
+                           channels).play()
         return report.report(traffic, played, store, policy,
                              None if drawn is None else drawn.spec.describe(),
                              None if drawn is None else seed)

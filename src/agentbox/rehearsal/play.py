@@ -15,16 +15,21 @@ Faults (see :mod:`agentbox.rehearsal.faults`) are injected where they would
 strike live: a killed run's handler is SIGKILLed and its worker records
 nothing, a stalled run's handler finishes but its finish comes after its
 lease ended; either way the clock jumps past the lease and a standby worker
-takes over with a new generation, as a second watcher would.
+takes over with a new generation, as a second watcher would. A kill may also
+land inside a journaled step: the rehearsal hands the handler a step log
+(:class:`StepLog`) in which every step try notes its key, so it sees which
+steps each run began and which try its kill struck.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentbox.dispatcher import Dispatcher, Planned
 from agentbox.errors import BadInput
@@ -34,6 +39,7 @@ from agentbox.rehearsal.traffic import Arrival, Recording
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import DEFAULT_CHANNEL, Answered, SendOutcome
+from agentbox.steprun import REHEARSAL_VARIABLE
 from agentbox.worker import Batch, CommandHandler, Handled, RunReport, Worker, check_command
 
 MAX_RUNS_AT_ONCE = 1000  # runs at one moment before the clock moves on regardless
@@ -80,6 +86,7 @@ class Played:
     refused: list[tuple[Arrival, str]] = field(default_factory=list)  # arrival, why
     answers: dict[str, int] = field(default_factory=dict)  # outcome that stood -> count
     timers_fired: int = 0
+    step_tries: list[str] = field(default_factory=list)  # each step try begun, by key
     end: int = 0
 
 
@@ -98,6 +105,23 @@ class RecordingSender:
         return "sent", None
 
 
+@dataclass(frozen=True)
+class StepLog:
+    """The file each step try of a run notes its key in (see :mod:`agentbox.steprun`),
+    emptied before every run."""
+
+    path: Path
+
+    def start(self, kill_step: int | None) -> str:
+        """Empty the log for a run; ``AGENTBOX_REHEARSAL`` for its handler."""
+        self.path.write_bytes(b"")
+        return json.dumps({"steps": str(self.path), "kill_step": kill_step})
+
+    def tries(self) -> list[str]:
+        """The keys of the step tries the run began, in order."""
+        return [str(json.loads(line)) for line in self.path.read_bytes().splitlines()]
+
+
 @dataclass
 class RehearsedHandler:
     """The user's command, run for real at the simulated time, with the run's fault."""
@@ -113,17 +137,24 @@ class RehearsedHandler:
     def handle(self, batch: Batch, heartbeat: Callable[[], bool], every: float) -> Handled:
         r = self.rehearsal
         fault = r.faults.for_run() if r.faults is not None else None
-        env = {**self.env, "AGENTBOX_NOW": str(r.now)}
+        kill_step = fault.step if fault is not None else None
+        env = {**self.env, "AGENTBOX_NOW": str(r.now),
+               REHEARSAL_VARIABLE: r.steps.start(kill_step)}
         kill_after = fault.after if fault is not None and fault.kind == "kill" else None
         began = time.monotonic()
         handled = CommandHandler(self.argv, self.timeout, env, kill_after,
                                  [plan.name for plan in r.channels]).handle(
             batch, heartbeat, every)
+        tried = r.steps.tries()
+        r.played.step_tries.extend(tried)
+        if kill_step is not None and len(tried) >= kill_step:
+            r.lapse(batch, "killed", f"inside step {tried[kill_step - 1]!r}")
+            raise RunKilled
         if handled.killed:
             r.lapse(batch, "killed")
             raise RunKilled
         if r.faults is not None:
-            r.faults.timed(time.monotonic() - began)
+            r.faults.ran(time.monotonic() - began, len(tried))
         if fault is not None and fault.kind == "stall":
             r.lapse(batch, "stalled")
             r.take_over()
@@ -134,10 +165,11 @@ class Rehearsal:
     """One rehearsal: its scratch store, the traffic, the handler, the faults."""
 
     def __init__(self, store: Store, policy: Policy, traffic: Recording, argv: Sequence[str],
-                 user: str, faults: Faults | None = None,
+                 user: str, folder: Path, faults: Faults | None = None,
                  env: Mapping[str, str] | None = None,
                  channels: Sequence[Planned] = ()) -> None:
         self.store = store
+        self.steps = StepLog(folder / "steps.jsonl")
         self.policy = policy
         self.traffic = traffic
         self.faults = faults
@@ -162,7 +194,8 @@ class Rehearsal:
                        lambda: self.now, channel=plan.name, quiet=plan.quiet)
             for plan in self.channels]
         self._lapsed: dict[int, str] = {}  # a lapsed run's generation -> killed | stalled
-        self._killed: tuple[int, tuple[int, ...]] = (0, ())  # the last lapsed run's claim
+        # the last lapsed run's claim, and where a kill struck it
+        self._killed: tuple[int, tuple[int, ...], str] = (0, (), "")
         self._waits: list[Wait] = []  # why each channel's held messages wait
 
     def _push(self, at: int, rank: int, n: int, item: Arrival | Answered) -> None:
@@ -174,10 +207,10 @@ class Rehearsal:
 
     # -- faults ------------------------------------------------------------------
 
-    def lapse(self, batch: Batch, how: str) -> None:
+    def lapse(self, batch: Batch, how: str, where: str = "") -> None:
         """The run of ``batch`` outlives its lease: the clock jumps past the lease's end."""
         self._lapsed[batch.generation] = how
-        self._killed = (batch.generation, tuple(e.id for e in batch.events))
+        self._killed = (batch.generation, tuple(e.id for e in batch.events), where)
         lease = self.store.lease()
         if lease is not None and lease.until >= self.now:
             self.now = lease.until + 1
@@ -235,9 +268,10 @@ class Rehearsal:
             try:
                 report = self.worker.run_once()
             except RunKilled:
-                generation, events = self._killed
+                generation, events, where = self._killed
+                said = " ".join(("SIGKILLed by the fault injector", where)).strip()
                 self.played.runs.append(Run(len(self.played.runs) + 1, at, generation, events,
-                                            "killed", "SIGKILLed by the fault injector"))
+                                            "killed", said))
                 self.worker = self._new_worker()
                 return True
             self.played.timers_fired += report.timers_fired

@@ -13,12 +13,16 @@ made; they cannot see inside the handler. A run cut short by a fault may have
 done anything the handler does outside agentbox (an e-mail, an API call)
 before it died; when the same event is then handed to the handler again, the
 report names the event and the runs as a repeated effect, whether or not the
-handler did anything the second time round.
+handler did anything the second time round. A journaled step that ran more than
+once (a try killed inside it, at-least-once) is named the same way: its work
+saw the same ``AGENTBOX_STEP_KEY`` each time, which the API it calls can
+deduplicate on.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,11 +128,23 @@ def _sent_twice(played: Played, policy: Policy) -> tuple[str, ...]:
     return tuple(said)
 
 
-def promises(traffic: Recording, played: Played, store: Store, policy: Policy) -> list[Promise]:
-    """Every promise the report can check, each with what broke it.
+def _done_again(played: Played, store: Store) -> tuple[str, ...]:
+    """Done steps whose work ran again: a try the journal began after the step's
+    ``done``, or more tries run than the journal counts."""
+    ran = Counter(played.step_tries)
+    said = []
+    for step in store.steps("done"):
+        actions = [entry.action for entry in store.history("step", step.key)]
+        if "started" in actions[actions.index("done") + 1:]:
+            said.append(f"step {step.key!r} began again after it was done")
+        elif ran[step.key] > step.attempts:
+            said.append(f"step {step.key!r} ran {ran[step.key]} times; the journal "
+                        f"counts {step.attempts} tries")
+    return tuple(said)
 
-    Each journaled step's ``done`` being run once joins them with journaled steps.
-    """
+
+def promises(traffic: Recording, played: Played, store: Store, policy: Policy) -> list[Promise]:
+    """Every promise the report can check, each with what broke it."""
     return [
         Promise("nothing lost", "every recorded arrival is in the inbox",
                 _lost(traffic, store)),
@@ -136,6 +152,8 @@ def promises(traffic: Recording, played: Played, store: Store, policy: Policy) -
                 "event over again only when its run did not finish)", _twice(store)),
         Promise("sent at most once", "in at-most-once delivery no dispatch and no message "
                 "goes out twice", _sent_twice(played, policy)),
+        Promise("done steps ran once", "no journaled step runs again once it is done",
+                _done_again(played, store)),
     ]
 
 
@@ -169,12 +187,32 @@ def repeats(played: Played, store: Store) -> list[Repeat]:
 
 
 @dataclass(frozen=True)
+class StepRepeat:
+    """A journaled step whose work ran more than once (a try cut short, or failed)."""
+
+    key: str
+    tries: int
+    status: str
+
+    def document(self) -> dict[str, Any]:
+        return {"step": self.key, "tries": self.tries, "status": self.status}
+
+
+def step_repeats(played: Played, store: Store) -> list[StepRepeat]:
+    """Steps the rehearsal saw run more than once, with how each stands now."""
+    ran = Counter(played.step_tries)
+    return [StepRepeat(step.key, ran[step.key], step.status) for step in store.steps()
+            if ran[step.key] > 1]
+
+
+@dataclass(frozen=True)
 class Report:
     traffic: Recording
     played: Played
     pairs: list[Pair]
     promises: list[Promise]
     repeats: list[Repeat]
+    step_repeats: list[StepRepeat]
     totals: dict[str, Any]
     settings_differ: list[tuple[str, Any, Any]] = field(default_factory=list)
     faults: str | None = None
@@ -218,12 +256,15 @@ class Report:
                          for r in self.failures],
             "promises": [p.document() for p in self.promises],
             "repeated": [r.document() for r in self.repeats],
+            "repeated_steps": [r.document() for r in self.step_repeats],
         }
 
 
 def totals(played: Played, store: Store) -> dict[str, Any]:
     events = store.status().events
     approvals = store.approvals(played.end)
+    usage = store.usage()
+    steps = Counter(step.status for step in store.steps())
     outcomes: dict[str, int] = {}
     for run in played.runs:
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
@@ -244,6 +285,12 @@ def totals(played: Played, store: Store) -> dict[str, Any]:
         "expired": sum(a.outcome == "expired" for a in approvals),
         "timers_fired": played.timers_fired,
         "sends": len(played.sends),
+        "steps": sum(steps.values()),
+        "steps_done": steps["done"],
+        "steps_uncertain": steps["uncertain"],
+        "step_tries": len(played.step_tries),
+        "tokens": sum(u.tokens or 0 for u in usage),
+        "cost": round(sum(u.cost or 0.0 for u in usage), 6),
     }
 
 
@@ -258,4 +305,5 @@ def report(traffic: Recording, played: Played, store: Store, policy: Policy,
            faults: str | None = None, seed: int | None = None) -> Report:
     return Report(traffic, played, pair_sends(traffic.sends, played.sends),
                   promises(traffic, played, store, policy), repeats(played, store),
-                  totals(played, store), settings_differ(traffic, policy), faults, seed)
+                  step_repeats(played, store), totals(played, store),
+                  settings_differ(traffic, policy), faults, seed)
