@@ -21,18 +21,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentbox.errors import BadInput, UsageError
 from agentbox.rules.records import DEFAULT_CHANNEL
 
 if TYPE_CHECKING:
-    from agentbox.config import Settings
     from agentbox.rules.quiet import Window
     from agentbox.sources import Setting, Table
 
 
-def _window(value: Any) -> Window:
+class TopLevel(Protocol):
+    """The top-level settings a channel falls back on and reads its keys as: what
+    :class:`agentbox.config.Settings` is to this module (named here, not imported, as
+    config reads the channels' tables for its commands)."""
+
+    @property
+    def sender(self) -> list[str] | None: ...
+
+    def value(self, key: str) -> Any: ...
+
+    def parse(self, key: str, raw: Any) -> Any: ...
+
+
+def window(value: Any) -> Window:
+    """A ``quiet_hours`` value read (BadInput when it is none)."""
     from agentbox.rules.quiet import parse_window
 
     return parse_window(value)
@@ -44,13 +57,9 @@ SAME_AS = {"sender": "sender", "gap": "outbox_gap", "delivery": "delivery",
            "max_per_day": "max_batch"}  # a whole number of at least 1
 
 
-def parse_key(key: str, raw: Any) -> Any:
+def parse_key(key: str, raw: Any, top: TopLevel) -> Any:
     """One key of a channel read (BadInput when it is no such value)."""
-    if key == "quiet_hours":
-        return _window(raw)
-    from agentbox.config import KEYS
-
-    return KEYS[SAME_AS[key]].parse(raw)
+    return window(raw) if key == "quiet_hours" else top.parse(SAME_AS[key], raw)
 
 
 KEY_HELP = {
@@ -90,7 +99,7 @@ def check_name(name: str, where: str) -> None:
 
 
 def keys_in_force(name: str, layers: list[Table], path: Path,
-                  settings: Settings) -> dict[str, Setting]:
+                  settings: TopLevel) -> dict[str, Setting]:
     """Each key of channel ``name`` in force: from its tables (the user's last), else
     the top-level setting it stands in for (``gap`` is ``outbox_gap``), else none. A
     bad key is a usage error naming its table."""
@@ -107,14 +116,14 @@ def keys_in_force(name: str, layers: list[Table], path: Path,
                 raise UsageError(f"{path} [{where}]: unknown key {key!r} (known: "
                                  f"{', '.join(KEY_HELP)})")
             try:
-                found[key] = Setting(parse_key(key, raw), f"config [{where}]", raw)
+                found[key] = Setting(parse_key(key, raw, settings), f"config [{where}]", raw)
             except BadInput as exc:
                 raise UsageError(f"{path} [{where}]: {key}: {exc}") from None
     return found
 
 
 def in_force(doc: Mapping[str, Any], path: Path, user: str,
-             settings: Settings) -> dict[str, dict[str, Setting]]:
+             settings: TopLevel) -> dict[str, dict[str, Setting]]:
     """Every channel ``user`` has, ``default`` first, with each key in force."""
     from agentbox.sources import tables
 
@@ -124,24 +133,16 @@ def in_force(doc: Mapping[str, Any], path: Path, user: str,
 
 
 def configured(doc: Mapping[str, Any], path: Path, user: str,
-               settings: Settings) -> dict[str, Channel]:
+               settings: TopLevel) -> dict[str, Channel]:
     """Every channel ``user`` has, ``default`` first; a bad key is a usage error naming
     its table."""
     return {name: Channel(name, **{key: setting.value for key, setting in keys.items()})
             for name, keys in in_force(doc, path, user, settings).items()}
 
 
-def resolve(path: Path, user: str, settings: Settings) -> dict[str, Channel]:
-    """The channels of ``user`` as config.toml at ``path`` has them."""
-    from agentbox.config import load
-
-    return configured(load(path), path, user, settings)
-
-
-def names(path: Path, user: str) -> frozenset[str]:
-    """The channels ``user`` has (``default`` always), their keys left unread: what a
-    run checks its answer's messages against."""
-    from agentbox.config import load
+def names(doc: Mapping[str, Any], path: Path, user: str) -> frozenset[str]:
+    """The channels ``user`` has in config.toml ``doc`` read from ``path`` (``default``
+    always), their keys left unread: what a run checks its answer's messages against."""
     from agentbox.sources import tables
 
-    return frozenset({DEFAULT_CHANNEL, *tables(load(path), path, user, "channels")})
+    return frozenset({DEFAULT_CHANNEL, *tables(doc, path, user, "channels")})

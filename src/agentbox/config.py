@@ -257,6 +257,12 @@ class Settings:
             raise UsageError(problem)
         return self._values.get(key, getattr(_DEFAULTS, key, None))
 
+    @staticmethod
+    def parse(key: str, raw: Any) -> Any:
+        """``raw`` read as the setting ``key`` reads it (BadInput when it is no such
+        value): how a channel's key is read as the setting it stands in for."""
+        return KEYS[key].parse(raw)
+
     @property
     def policy(self) -> Policy:
         """Every rule's knob: the rules take them together, so any bad one stops."""
@@ -624,7 +630,7 @@ def _checked_named(kind: str, name: str, key: str, raw: str) -> Any:
         if key in channels.SAME_AS:
             return _checked(channels.SAME_AS[key], raw, f"channels.{name}.{key}")
         try:
-            channels.parse_key(key, raw)
+            channels.window(raw)  # quiet_hours: the one key no setting stands in for
         except BadInput as exc:
             raise UsageError(f"channels.{name}.{key}: {exc}") from None
         return raw

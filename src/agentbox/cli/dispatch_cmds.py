@@ -219,12 +219,13 @@ def channel_plans(sess: "Session", settings: "Settings", only: "str | None" = No
                   ) -> "list[Planned]":
     """Each channel the user has (``only`` one of them) with the policy and the quiet
     hours it dispatches under: a flag (`--gap`, `--mode`) applies to every channel."""
-    from agentbox import channels, paths
+    from agentbox import channels, config, paths
     from agentbox.dispatcher import Planned, Quiet
     from agentbox.errors import UsageError
 
     policy = settings.policy
-    found = channels.resolve(paths.config_path(), sess.user_or_none() or "", settings)
+    path = paths.config_path()
+    found = channels.configured(config.load(path), path, sess.user_or_none() or "", settings)
     if only is not None and only not in found:
         raise UsageError(f"--channel: unknown channel {only!r} (known: {', '.join(found)})")
     flagged = {k for k, o in settings.origins.items() if o == "flag"}

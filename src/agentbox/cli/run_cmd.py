@@ -76,11 +76,12 @@ def run(
     settings = sess.settings(flags)
     if not settings.handler:
         raise UsageError(NO_HANDLER)
-    from agentbox import channels, paths
+    from agentbox import channels, config, paths
     from agentbox.rules.breaker import budgeted
     from agentbox.worker import CommandHandler, Worker
 
-    known = channels.names(paths.config_path(), sess.user)
+    path = paths.config_path()
+    known = channels.names(config.load(path), path, sess.user)
     worker = Worker(store=sess.store(), policy=settings.policy,
                     handler=CommandHandler(settings.handler, settings.policy.handler_timeout,
                                            channels=known),
@@ -185,13 +186,14 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
         check_command(argv, os.environ)  # before watching: a typo fails now, not per inbox
 
     def worker_for(user: str, store: "Store") -> Worker:
-        settings = config.resolve(paths.config_path(), user, flags)
+        path = paths.config_path()
+        settings = config.resolve(path, user, flags)
         if not settings.handler:
             raise UsageError(NO_HANDLER)
         from agentbox import channels
 
         handler = CommandHandler(settings.handler, settings.policy.handler_timeout,
-                                 channels=channels.names(paths.config_path(), user))
+                                 channels=channels.names(config.load(path), path, user))
         handler.check()
         from agentbox.calendar import local_zone
         from agentbox.rules.breaker import budgeted

@@ -465,9 +465,10 @@ def _write(directory: Path, texts: dict[str, str], force: bool) -> dict[str, str
 def _say_channels(user: str, via: bool) -> None:
     """The dispatch service serves every channel config.toml has, each by its own sender
     unless --via names one for all of them: say which, when there is more than one."""
-    from agentbox import channels, paths, render
+    from agentbox import channels, config, paths, render
 
-    names = sorted(channels.names(paths.config_path(), user))
+    path = paths.config_path()
+    names = sorted(channels.names(config.load(path), path, user))
     if len(names) < 2:
         return
     render.notice(f"the dispatch service serves every channel: {', '.join(names)}"
