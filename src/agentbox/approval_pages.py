@@ -50,6 +50,7 @@ class ApprovalPages:
         self._commit = commit
         self._log = log
         self._retry_after = retry_after
+        pages.warm()
 
     def __call__(self, request: Request) -> Response:
         link_token = unquote(request.path[len(PREFIX):])

@@ -90,6 +90,7 @@ class ConsoleApp:
         self._local = threading.local()
         self._opened: list[Inboxes] = []
         self._lock = threading.Lock()
+        pages.warm()
 
     # -- plumbing ---------------------------------------------------------------
 

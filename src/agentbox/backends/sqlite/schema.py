@@ -345,6 +345,15 @@ ALTER TABLE dispatches ADD COLUMN channel TEXT NOT NULL DEFAULT 'default';
 CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at);
 """
 
+# Version 13: the index of due timers is written with the condition the ledger's
+# queries use (`NOT done`, as on PostgreSQL). SQLite serves a query from a partial index
+# only when the query's condition is the index's own, and `done = 0` is not `NOT done`
+# to its planner: every scheduler pass and work lookup read every timer.
+_V13 = """
+DROP INDEX timers_due;
+CREATE INDEX timers_due ON timers (inbox_id, due) WHERE NOT done;
+"""
+
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
-                               _V11, _V12)
+                               _V11, _V12, _V13)
 SCHEMA_VERSION = len(MIGRATIONS)

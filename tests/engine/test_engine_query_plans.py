@@ -1,0 +1,38 @@
+"""The scheduler's queries find due timers by their index, never by reading every timer.
+
+An inbox may hold a hundred thousand idle timers; a pass that scanned them all
+would cost what they number (the partial index `timers_due` serves the pass only
+when a query's condition is written as the index's own). Every statement a pass,
+the work lookup and the timer list run is traced and planned by SQLite itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentbox.ledger.store import Store
+from agentbox.rules.timers import TimerSpec
+from support.clock import T0
+
+pytestmark = pytest.mark.sqlite_file  # SQLite's own query planner
+
+
+def test_a_scheduler_pass_reads_due_timers_by_their_index(store: Store) -> None:
+    for n in range(50):
+        store.add_timer(TimerSpec(name=f"t{n}", due=T0 + n, every=60), T0)
+    conn = store.engine.conn  # type: ignore[attr-defined]
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    try:
+        assert store.tick(T0 + 10) == 11
+        assert store.next_work(T0 + 10) is not None
+        store.tick(T0 + 10)  # nothing due: a read only
+    finally:
+        conn.set_trace_callback(None)
+    on_timers = [sql for sql in traced
+                 if sql.lstrip().upper().startswith("SELECT") and "timers" in sql]
+    assert on_timers, traced
+    for sql in on_timers:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+        assert not any(step.startswith("SCAN timers") or step.startswith("SCAN t")
+                       for step in plan), (sql, plan)
