@@ -90,8 +90,10 @@ def loads_strict(text: str | bytes, what: str = "payload") -> Any:
         raise BadInput(f"{what} is not usable JSON: {exc}") from None
 
 
-# What, outside strings, only a number that JCS spells otherwise holds.
-_NOT_PLAIN = re.compile(r"[0-9][.eE]|[0-9]{16}")
+# What, outside strings, only a number that JCS spells otherwise holds: a fraction, an
+# exponent or sixteen digits. One leading class, so that re skips to each digit fast
+# (written as two alternatives it tries both at every character: 8 times slower).
+_NOT_PLAIN = re.compile(r"[0-9](?:[.eE]|[0-9]{15})")
 _BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 

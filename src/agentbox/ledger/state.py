@@ -68,7 +68,7 @@ def change_in(tx: Tx, change: Change | None, now: int, generation: int,
     from agentbox.rules.state import new_state
 
     policy = policy or Policy()
-    text = new_state(current_in(tx).value(), change, policy.max_state)
+    text = new_state(lambda: current_in(tx).value(), change, policy.max_state)
     write_in(tx, text, now, generation, "run", policy)
 
 
@@ -92,7 +92,7 @@ class State(Core):
         from agentbox.rules.lease import holds
         from agentbox.rules.state import Change, new_state
 
-        text = new_state({}, Change(replace=value), policy.max_state)
+        text = new_state(dict, Change(replace=value), policy.max_state)
         with self._locked() as (tx, lease):
             if not holds(lease, holder, generation, now):
                 return None

@@ -10,6 +10,7 @@ is stored, so a bound means the same whatever whitespace a handler prints.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from agentbox.errors import BadInput
@@ -38,10 +39,12 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
-def new_state(current: dict[str, Any], change: Change, max_state: int) -> str:
+def new_state(current: Callable[[], dict[str, Any]], change: Change, max_state: int) -> str:
     """The canonical text of the state after ``change``; BadInput (a malformed answer)
-    when it is larger than ``max_state`` bytes."""
-    value = change.replace if change.replace is not None else merge_patch(current, change.patch)
+    when it is larger than ``max_state`` bytes. ``current`` is read only for a patch: a
+    whole new state need not parse the old one."""
+    value = (change.replace if change.replace is not None
+             else merge_patch(current(), change.patch))
     text = canonical_object(value, "the state")
     size = len(text.encode("utf-8"))
     if size > max_state:
