@@ -154,43 +154,7 @@ def sql_case_only(found: Change) -> bool:
                if a != b)
 
 
-UNREAD_SUBJECTS = ("approval", "message", "dispatch")
-COUNTED_SUBJECTS = ("timer",)  # prune counts these lines by subject and time, no more
-HISTORY_CALL = re.compile(r'history\.record(?:_many)?\(\s*\w+,\s*\w+,\s*"(\w+)"')
-
-
-def unread_history(found: Change) -> bool:
-    """The change is in the arguments of a history line of an approval, a message or a
-    dispatch, or in those of a timer's other than its subject.
-
-    Those lines are written for an operator reading the database: no Store
-    method reads them back (``story`` tells an event's history; ``vitals``
-    reads when the latest line was written, and a prune counts a timer's
-    lines by subject and time, which such a change leaves alone).
-    """
-    lines = found.context.splitlines()
-    if not lines:
-        return False
-    call = HISTORY_CALL.search(lines[-1])  # the first line changed
-    depth = 0
-    for line in reversed(lines[:-1]):
-        if call is not None:
-            break
-        depth += line.count("(") - line.count(")")
-        if depth <= 0:
-            return False  # a statement of its own above: the change is in no call of it
-        call = HISTORY_CALL.search(line)
-        if call is None:
-            return False  # inside some other call
-    if call is None:
-        return False
-    if call.group(1) in COUNTED_SUBJECTS:
-        kept = HISTORY_CALL.search(found.after) if found.before.startswith("history") else call
-        return kept is not None and kept.group(1) == call.group(1)
-    return call.group(1) in UNREAD_SUBJECTS
-
-
-KINDS = {"sql-case": sql_case_only, "unread-history": unread_history}
+KINDS = {"sql-case": sql_case_only}
 
 
 @dataclass(frozen=True)
