@@ -1,4 +1,5 @@
-"""The scheduler's queries find due timers by their index, never by reading every timer.
+"""The hot reads find their rows by an index: due timers, never every timer; the day's
+usage, from the index alone.
 
 An inbox may hold a hundred thousand idle timers; a pass that scanned them all
 would cost what they number (the partial index `timers_due` serves the pass only
@@ -36,3 +37,24 @@ def test_a_scheduler_pass_reads_due_timers_by_their_index(store: Store) -> None:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
         assert not any(step.startswith("SCAN timers") or step.startswith("SCAN t")
                        for step in plan), (sql, plan)
+
+
+def test_the_budget_check_sums_the_days_usage_from_its_index_alone(store: Store) -> None:
+    from agentbox.rules.answer import Answer, Usage
+    from agentbox.rules.policy import Policy
+    from support.store import run
+
+    for n in range(3):
+        store.ingest("chat", f"m{n}", "{}", T0)
+        run(store, f"w{n}", T0, Answer(usage=Usage(tokens=10, cost=0.5)))
+    policy = Policy(budget_tokens_per_day=1000)
+    conn = store.engine.conn  # type: ignore[attr-defined]
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    try:
+        assert store.gate(T0, (T0 - 10, T0 + 10), policy) is None
+    finally:
+        conn.set_trace_callback(None)
+    [summed] = [sql for sql in traced if "SUM(" in sql]
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {summed}")]
+    assert any("USING COVERING INDEX run_usage_by_time" in step for step in plan), plan
