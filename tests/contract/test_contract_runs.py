@@ -274,3 +274,23 @@ def test_a_holder_of_a_newer_generation_cannot_settle_a_claim_of_an_older_one(
     assert not backend.fail("B", 2, T0 + LATER, [event_id], "boom", POLICY)
     assert not backend.interrupt("B", 2, T0 + LATER, [event_id])
     assert store_snapshot(backend, [event_id]) == before
+
+
+def test_a_pause_holds_next_work_back_until_it_ends(backend: Store) -> None:
+    """While the inbox is paused, work that is due waits for the pause's end; work due
+    after it keeps its own time, and an inbox with nothing scheduled has no next work."""
+    breaks = Policy(lease_ttl=TTL, max_attempts=1, breaker_runs=3, breaker_cooldown=600)
+    for n in range(3):  # three failed runs open the breaker
+        backend.ingest("chat", f"bad{n}", "{}", T0 + n)
+        generation = backend.acquire("W", T0 + n, TTL)
+        assert generation is not None
+        ids = [e.id for e in backend.claim("W", generation, T0 + n, breaks) or []]
+        assert backend.fail("W", generation, T0 + n, ids, "boom", breaks)
+        assert backend.release("W", generation, T0 + n)
+    pause = backend.paused()
+    assert pause is not None and pause.until == T0 + 602
+    assert backend.next_work(T0 + 3) is None  # every event is dead: nothing scheduled
+    backend.add_timer(TimerSpec(name="late", due=T0 + 5000, every=3600), T0 + 3)
+    assert backend.next_work(T0 + 3) == T0 + 5000
+    backend.ingest("chat", "new", "{}", T0 + 4)
+    assert backend.next_work(T0 + 4) == T0 + 602
