@@ -87,6 +87,18 @@ def test_the_walk_counts_only_the_payloads_it_rewrote_and_rewrites_timers_too(
     assert backend.canonicalise_step() is None
 
 
+def test_the_walk_goes_a_bounded_step_at_a_time_each_row_once(backend: Store) -> None:
+    """Each step rewrites the next ``limit`` events from where the last one stopped, none
+    twice and none skipped; the step that finds fewer than ``limit`` is the last."""
+    keys = [f"k{n}" for n in range(7)]
+    for key in keys:
+        backend.ingest("hook", key, '{"n": 1.0}', T0)
+    for key in keys:
+        _as_stored_by_0_2(backend, key, legacy_canonical({"n": 1.0}))
+    assert [backend.canonicalise_step(3) for _ in range(4)] == [3, 3, 1, None]
+    assert [e.payload for e in backend.events()] == ['{"n":1}'] * 7
+
+
 def test_a_key_pruned_by_0_2_is_still_a_duplicate_in_its_old_spelling(backend: Store) -> None:
     old = legacy_canonical({"n": 1.0})
     with backend._write() as tx:
