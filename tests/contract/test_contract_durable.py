@@ -11,7 +11,7 @@ from agentbox.rules.answer import Answer, parse
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import Entry
 from agentbox.rules.state import Change
-from agentbox.rules.steps import Outcome, step_key
+from agentbox.rules.steps import Begun, Outcome, Step, step_key
 from support.clock import T0, TTL
 from support.store import POLICY
 
@@ -115,6 +115,56 @@ def test_a_step_runs_once_then_is_a_memo(backend: Store) -> None:
     step = backend.step("k1")
     assert step is not None and (step.status, step.attempts, step.finished_at) == (
         "done", 1, T0 + 1)
+
+
+def test_the_journal_records_every_try_and_its_end(backend: Store) -> None:
+    """A step reads back as its tries left it: begun (when, by which generation, which
+    attempt), failed (its exit code and error, no output), begun again (the last end
+    cleared), done (its output; none given is empty). Each begin and end is a line of
+    its story, under the generation that made it."""
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.begin_step("A", 1, "k", T0, "at-least-once") == Begun("run", 1)
+    assert backend.step("k") == Step("k", "started", 1, 1, T0, None, None, None, None)
+    assert backend.end_step("k", 1, 1, Outcome("failed", 3, None, "exit 3"), T0 + 1)
+    assert backend.step("k") == Step("k", "failed", 1, 1, T0, T0 + 1, 3, None, "exit 3")
+    assert backend.acquire("B", T0 + LAPSED, TTL) == 2
+    assert backend.begin_step("B", 2, "k", T0 + LAPSED, "at-most-once") == Begun("run", 2)
+    assert backend.step("k") == Step("k", "started", 2, 2, T0 + LAPSED, None, None, None,
+                                     None)
+    assert not backend.end_step("k", 2, 1, Outcome("done", 0, b"", None), T0 + LAPSED)
+    assert not backend.end_step("k", 1, 2, Outcome("done", 0, b"", None), T0 + LAPSED)
+    assert backend.end_step("k", 2, 2, Outcome("done", 0, None, None), T0 + LAPSED + 1)
+    assert backend.step("k") == Step("k", "done", 2, 2, T0 + LAPSED, T0 + LAPSED + 1, 0,
+                                     None, None)
+    assert backend.begin_step("B", 2, "k", T0 + LAPSED + 2, "at-most-once") == Begun(
+        "memo", 2, b"")
+    assert backend.history("step", "k") == [
+        Entry(T0, "step", "k", "started", 1, "attempt 1"),
+        Entry(T0 + 1, "step", "k", "failed", 1, "attempt 1; exit 3"),
+        Entry(T0 + LAPSED, "step", "k", "started", 2, "attempt 2"),
+        Entry(T0 + LAPSED + 1, "step", "k", "done", 2, "attempt 2")]
+    assert backend.step("nothing") is None
+
+
+def test_a_step_is_parked_uncertain_once_with_its_reason(backend: Store) -> None:
+    """An at-most-once step found ``started`` by a later try is parked ``uncertain`` at
+    that time, with the reason as its error and one line in its story; trying it again
+    runs nothing and writes nothing more."""
+    assert backend.acquire("A", T0, TTL) == 1
+    backend.begin_step("A", 1, "once", T0, "at-most-once")
+    later = T0 + LAPSED
+    assert backend.acquire("B", later, TTL) == 2
+    assert backend.begin_step("B", 2, "once", later, "at-most-once") == Begun("uncertain", 1)
+    parked = Step("once", "uncertain", 1, 1, T0, later, None, None,
+                  "started, never finished (at-most-once)")
+    assert backend.step("once") == parked
+    story = [Entry(T0, "step", "once", "started", 1, "attempt 1"),
+             Entry(later, "step", "once", "uncertain", 2, "attempt 1 never finished")]
+    assert backend.history("step", "once") == story
+    assert backend.begin_step("B", 2, "once", later + 1, "at-least-once") == Begun(
+        "uncertain", 1)
+    assert backend.step("once") == parked
+    assert backend.history("step", "once") == story
 
 
 def test_the_latest_tries_of_the_journal_are_a_bounded_page(backend: Store) -> None:
