@@ -35,10 +35,10 @@ def test_lease_acquire_renew_takeover_release(backend: Store) -> None:
 def test_a_released_lease_is_free_whatever_the_clock_says(backend: Store) -> None:
     """A release frees the lease for good, not until some time: after a run at a later
     clock (an NTP step back, a pinned AGENTBOX_NOW) the next one must not wait."""
+    assert not backend.release("A", 1, T0 + 1000)  # never taken: nothing to release
     assert backend.acquire("A", T0 + 1000, TTL) == 1
     assert backend.release("A", 1, T0 + 1000)
-    lease = backend.lease()
-    assert lease is not None and lease.released and lease.generation == 1
+    assert backend.lease() == Lease("A", 1, T0 + 1000, True)  # until: when it was released
     assert backend.acquire("B", T0, TTL) == 2  # the clock went back 1000 s
     assert backend.release("B", 2, T0)
     assert backend.acquire("B", T0 - 500, TTL) == 3  # the same holder: the generation counts up
@@ -278,7 +278,8 @@ def test_a_holder_of_a_newer_generation_cannot_settle_a_claim_of_an_older_one(
 
 def test_a_pause_holds_next_work_back_until_it_ends(backend: Store) -> None:
     """While the inbox is paused, work that is due waits for the pause's end; work due
-    after it keeps its own time, and an inbox with nothing scheduled has no next work."""
+    after it keeps its own time, and an inbox with nothing scheduled has no next work.
+    The status shows the pause in force and the next timer."""
     breaks = Policy(lease_ttl=TTL, max_attempts=1, breaker_runs=3, breaker_cooldown=600)
     for n in range(3):  # three failed runs open the breaker
         backend.ingest("chat", f"bad{n}", "{}", T0 + n)
@@ -289,8 +290,11 @@ def test_a_pause_holds_next_work_back_until_it_ends(backend: Store) -> None:
         assert backend.release("W", generation, T0 + n)
     pause = backend.paused()
     assert pause is not None and pause.until == T0 + 602
+    assert backend.status().paused == pause
     assert backend.next_work(T0 + 3) is None  # every event is dead: nothing scheduled
     backend.add_timer(TimerSpec(name="late", due=T0 + 5000, every=3600), T0 + 3)
+    [late] = backend.timers()
+    assert backend.status().next_timer == late and late.due == T0 + 5000
     assert backend.next_work(T0 + 3) == T0 + 5000
     backend.ingest("chat", "new", "{}", T0 + 4)
     assert backend.next_work(T0 + 4) == T0 + 602
