@@ -8,7 +8,7 @@ from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Lease
+from agentbox.rules.records import Entry, Lease
 from support.clock import T0, TTL
 from support.store import POLICY, store_snapshot
 
@@ -298,3 +298,47 @@ def test_a_pause_holds_next_work_back_until_it_ends(backend: Store) -> None:
     assert backend.next_work(T0 + 3) == T0 + 5000
     backend.ingest("chat", "new", "{}", T0 + 4)
     assert backend.next_work(T0 + 4) == T0 + 602
+
+
+def test_a_deferred_run_gives_its_attempts_back_and_waits(backend: Store) -> None:
+    """A handler's temporary failure (exit 75): each event pending again with the attempt
+    given back, the error kept, available after the wait (at least a minute, or the
+    retry backoff if longer); each story says ``deferred`` under the run's generation."""
+    policy = Policy(lease_ttl=TTL, retry_backoff=90)
+    ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(2)]
+    assert backend.acquire("A", T0, TTL) == 1
+    assert [e.id for e in backend.claim("A", 1, T0, policy) or []] == ids
+    assert backend.defer("A", 1, T0 + 5, ids, "exit 75", policy)
+    for event_id in ids:
+        event = backend.event(event_id)
+        assert event is not None
+        assert (event.status, event.attempts, event.error, event.available_at,
+                event.updated_at) == ("pending", 0, "exit 75", T0 + 95, T0 + 5)
+        assert backend.story(event_id)[-1] == Entry(T0 + 5, "event", str(event_id),
+                                                    "deferred", 1,
+                                                    "exit 75; attempt 1 given back")
+    assert not backend.defer("A", 1, T0 + 6, ids, "exit 75", policy)  # no longer running
+    assert backend.next_work(T0 + 6) == T0 + 95
+    assert backend.claim("A", 1, T0 + 6, policy) == []
+    assert [e.id for e in backend.claim("A", 1, T0 + 95, policy) or []] == ids
+
+
+def test_an_abandoned_event_goes_back_with_its_reason_after_the_backoff(
+        backend: Store) -> None:
+    """An event left running by a generation that lost its lease goes back to pending at
+    the next claim: the lost generation and attempt in its error, retried after the
+    backoff, its story saying ``abandoned`` under the lost generation."""
+    policy = Policy(lease_ttl=TTL, retry_backoff=30)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.claim("A", 1, T0, policy)
+    later = T0 + LATER
+    assert backend.acquire("B", later, TTL) == 2
+    assert backend.claim("B", 2, later, policy) == []  # back to pending, not yet available
+    event = backend.event(event_id)
+    assert event is not None
+    assert (event.status, event.attempts, event.available_at, event.updated_at, event.error) == (
+        "pending", 1, later + 30, later, "worker of generation 1 lost its lease during attempt 1")
+    assert backend.story(event_id)[-1] == Entry(later, "event", str(event_id), "abandoned", 1,
+                                                "attempt 1 never finished")
+    assert [e.id for e in backend.claim("B", 2, later + 30, policy) or []] == [event_id]
