@@ -342,3 +342,31 @@ def test_an_abandoned_event_goes_back_with_its_reason_after_the_backoff(
     assert backend.story(event_id)[-1] == Entry(later, "event", str(event_id), "abandoned", 1,
                                                 "attempt 1 never finished")
     assert [e.id for e in backend.claim("B", 2, later + 30, policy) or []] == [event_id]
+
+
+def test_the_breakers_lines_name_the_run_that_opened_or_closed_it(backend: Store) -> None:
+    """The pause a failed (or deferred) run opens is recorded under that run's generation,
+    and so is the close by the probe run that finished."""
+    breaks = Policy(lease_ttl=TTL, max_attempts=1, breaker_runs=2, breaker_cooldown=600)
+
+    def one_run(now: int, end: str) -> int:
+        backend.ingest("chat", f"m{now}", "{}", now)
+        generation = backend.acquire("W", now, TTL)
+        assert generation is not None
+        ids = [e.id for e in backend.claim("W", generation, now, breaks) or []]
+        if end == "finish":
+            assert backend.finish("W", generation, now, ids)
+        else:
+            ending = backend.fail if end == "fail" else backend.defer
+            assert ending("W", generation, now, ids, "boom", breaks)
+        assert backend.release("W", generation, now)
+        return generation
+
+    one_run(T0, "fail")
+    opened = one_run(T0 + 1, "defer")
+    reopened = one_run(T0 + 601, "fail")  # the probe failed
+    closed = one_run(T0 + 1201, "finish")  # the next probe finished
+    assert len({opened, reopened, closed}) == 3
+    assert [(e.at, e.action, e.generation) for e in backend.history("inbox", "pause")] == [
+        (T0 + 1, "paused", opened), (T0 + 601, "paused", reopened),
+        (T0 + 1201, "resumed", closed)]
