@@ -61,6 +61,44 @@ def test_an_old_inbox_s_duplicate_is_still_recognised_and_its_rows_rewritten(
     assert backend.canonicalise_step() is None  # done: the walk is not made again
 
 
+def _timer_as_stored_by_0_2(store: Store, name: str, old: str) -> None:
+    with store._write() as tx:
+        tx.run("UPDATE timers SET payload = :old WHERE inbox_id = :box AND name = :name",
+               old=old, name=name)
+        tx.run("UPDATE inboxes SET canonical_from = 0 WHERE id = :box")
+
+
+def test_the_walk_counts_only_the_payloads_it_rewrote_and_rewrites_timers_too(
+        backend: Store) -> None:
+    """A step says how many payloads it changed: those already in JCS are left and not
+    counted. The first step rewrites every timer's payload in JCS as well."""
+    from agentbox.rules.timers import TimerSpec
+
+    for key in ("a", "old", "b"):
+        backend.ingest("hook", key, '{"n": 1.0}', T0)
+    for name in ("digest", "plain"):
+        backend.add_timer(TimerSpec(name=name, due=T0 + 60, every=None, payload='{"n":1}'), T0)
+    _as_stored_by_0_2(backend, "old", legacy_canonical({"n": 1.0}))
+    _timer_as_stored_by_0_2(backend, "digest", legacy_canonical({"n": 1.0, "a": [2.0]}))
+    assert backend.canonicalise_step() == 1
+    assert [e.payload for e in backend.events()] == ['{"n":1}'] * 3
+    assert [(t.name, t.payload) for t in backend.timers()] == [
+        ("digest", '{"a":[2],"n":1}'), ("plain", '{"n":1}')]
+    assert backend.canonicalise_step() is None
+
+
+def test_the_walk_goes_a_bounded_step_at_a_time_each_row_once(backend: Store) -> None:
+    """Each step rewrites the next ``limit`` events from where the last one stopped, none
+    twice and none skipped; the step that finds fewer than ``limit`` is the last."""
+    keys = [f"k{n}" for n in range(7)]
+    for key in keys:
+        backend.ingest("hook", key, '{"n": 1.0}', T0)
+    for key in keys:
+        _as_stored_by_0_2(backend, key, legacy_canonical({"n": 1.0}))
+    assert [backend.canonicalise_step(3) for _ in range(4)] == [3, 3, 1, None]
+    assert [e.payload for e in backend.events()] == ['{"n":1}'] * 7
+
+
 def test_a_key_pruned_by_0_2_is_still_a_duplicate_in_its_old_spelling(backend: Store) -> None:
     old = legacy_canonical({"n": 1.0})
     with backend._write() as tx:

@@ -9,10 +9,13 @@ from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, parse
 from agentbox.rules.policy import Policy
+from agentbox.rules.records import Entry
 from agentbox.rules.state import Change
-from agentbox.rules.steps import Outcome, step_key
+from agentbox.rules.steps import Begun, Outcome, Step, step_key
 from support.clock import T0, TTL
 from support.store import POLICY
+
+LAPSED = TTL + 1  # a lease taken this long after the last one is a takeover
 
 
 def _claimed(store: Store, holder: str, now: int) -> tuple[int, list[int]]:
@@ -79,6 +82,21 @@ def test_an_operator_sets_the_state_only_under_the_lease(backend: Store) -> None
     assert backend.state().value() == {"k": "v"}
 
 
+def test_an_operators_state_names_its_lease_and_says_so_in_its_story(backend: Store) -> None:
+    """A state set by an operator is a version written under the generation of the lease
+    taken for it; its story is one ``set`` line under that generation, ``by an operator``."""
+    assert backend.acquire("op", T0, TTL) == 1
+    assert backend.acquire("op", T0 + LAPSED, TTL) == 2
+    assert backend.set_state("op", 2, T0 + LAPSED, {"k": "v"}, POLICY) == 1
+    state = backend.state()
+    assert (state.version, state.updated_at, state.generation, state.author) == (
+        1, T0 + LAPSED, 2, "operator")
+    assert backend.history("state", 1) == [Entry(T0 + LAPSED, "state", "1", "set", 2,
+                                                 "by an operator")]
+    assert backend.set_state("op", 2, T0 + LAPSED + 1, {"k": "w"}, POLICY) == 2
+    assert [e.action for e in backend.history("state", 2)] == ["set"]
+
+
 def test_answers_with_both_or_a_non_object_state_are_malformed() -> None:
     with pytest.raises(BadInput, match="both"):
         parse('{"state": {}, "state_patch": {}}')
@@ -97,6 +115,56 @@ def test_a_step_runs_once_then_is_a_memo(backend: Store) -> None:
     step = backend.step("k1")
     assert step is not None and (step.status, step.attempts, step.finished_at) == (
         "done", 1, T0 + 1)
+
+
+def test_the_journal_records_every_try_and_its_end(backend: Store) -> None:
+    """A step reads back as its tries left it: begun (when, by which generation, which
+    attempt), failed (its exit code and error, no output), begun again (the last end
+    cleared), done (its output; none given is empty). Each begin and end is a line of
+    its story, under the generation that made it."""
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.begin_step("A", 1, "k", T0, "at-least-once") == Begun("run", 1)
+    assert backend.step("k") == Step("k", "started", 1, 1, T0, None, None, None, None)
+    assert backend.end_step("k", 1, 1, Outcome("failed", 3, None, "exit 3"), T0 + 1)
+    assert backend.step("k") == Step("k", "failed", 1, 1, T0, T0 + 1, 3, None, "exit 3")
+    assert backend.acquire("B", T0 + LAPSED, TTL) == 2
+    assert backend.begin_step("B", 2, "k", T0 + LAPSED, "at-most-once") == Begun("run", 2)
+    assert backend.step("k") == Step("k", "started", 2, 2, T0 + LAPSED, None, None, None,
+                                     None)
+    assert not backend.end_step("k", 2, 1, Outcome("done", 0, b"", None), T0 + LAPSED)
+    assert not backend.end_step("k", 1, 2, Outcome("done", 0, b"", None), T0 + LAPSED)
+    assert backend.end_step("k", 2, 2, Outcome("done", 0, None, None), T0 + LAPSED + 1)
+    assert backend.step("k") == Step("k", "done", 2, 2, T0 + LAPSED, T0 + LAPSED + 1, 0,
+                                     None, None)
+    assert backend.begin_step("B", 2, "k", T0 + LAPSED + 2, "at-most-once") == Begun(
+        "memo", 2, b"")
+    assert backend.history("step", "k") == [
+        Entry(T0, "step", "k", "started", 1, "attempt 1"),
+        Entry(T0 + 1, "step", "k", "failed", 1, "attempt 1; exit 3"),
+        Entry(T0 + LAPSED, "step", "k", "started", 2, "attempt 2"),
+        Entry(T0 + LAPSED + 1, "step", "k", "done", 2, "attempt 2")]
+    assert backend.step("nothing") is None
+
+
+def test_a_step_is_parked_uncertain_once_with_its_reason(backend: Store) -> None:
+    """An at-most-once step found ``started`` by a later try is parked ``uncertain`` at
+    that time, with the reason as its error and one line in its story; trying it again
+    runs nothing and writes nothing more."""
+    assert backend.acquire("A", T0, TTL) == 1
+    backend.begin_step("A", 1, "once", T0, "at-most-once")
+    later = T0 + LAPSED
+    assert backend.acquire("B", later, TTL) == 2
+    assert backend.begin_step("B", 2, "once", later, "at-most-once") == Begun("uncertain", 1)
+    parked = Step("once", "uncertain", 1, 1, T0, later, None, None,
+                  "started, never finished (at-most-once)")
+    assert backend.step("once") == parked
+    story = [Entry(T0, "step", "once", "started", 1, "attempt 1"),
+             Entry(later, "step", "once", "uncertain", 2, "attempt 1 never finished")]
+    assert backend.history("step", "once") == story
+    assert backend.begin_step("B", 2, "once", later + 1, "at-least-once") == Begun(
+        "uncertain", 1)
+    assert backend.step("once") == parked
+    assert backend.history("step", "once") == story
 
 
 def test_the_latest_tries_of_the_journal_are_a_bounded_page(backend: Store) -> None:
@@ -143,6 +211,56 @@ def test_a_step_that_died_inside_runs_again_or_is_parked(backend: Store) -> None
     assert backend.begin_step("B", 2, "once", later, "at-most-once").output == b"sent"
     assert backend.resolve_step("once", False, None, later) == "done"  # left as it is
     assert backend.resolve_step("nothing", False, None, later) is None
+
+
+def _parked(store: Store) -> int:
+    """Steps ``once`` (at-most-once) and ``again`` (at-least-once) begun by A and never
+    ended; B takes over at the returned time and parks ``once`` as uncertain."""
+    assert store.acquire("A", T0, TTL) == 1
+    store.begin_step("A", 1, "once", T0, "at-most-once")
+    store.begin_step("A", 1, "again", T0, "at-least-once")
+    later = T0 + TTL + 1
+    assert store.acquire("B", later, TTL) == 2
+    assert store.begin_step("B", 2, "once", later, "at-most-once").action == "uncertain"
+    return later
+
+
+def test_resolving_done_records_the_output_and_the_operators_line(backend: Store) -> None:
+    """An operator's ``done`` settles the step done at that time, with the output given
+    (none given: empty) and no exit code or error; its story says ``resolved``, ``done``,
+    under no generation. A step left ``started`` may be resolved as well."""
+    later = _parked(backend)
+    assert backend.resolve_step("once", True, b"sent", later + 5) == "uncertain"
+    step = backend.step("once")
+    assert step is not None
+    assert (step.status, step.finished_at, step.exit_code, step.output, step.error) == (
+        "done", later + 5, None, b"sent", None)
+    assert backend.history("step", "once")[-1] == Entry(later + 5, "step", "once", "resolved",
+                                                        None, "done")
+    assert backend.resolve_step("again", True, None, later + 6) == "started"
+    step = backend.step("again")
+    assert step is not None and (step.status, step.output, step.error) == ("done", b"", None)
+    assert backend.history("step", "again")[-1].action == "resolved"
+    memo = backend.begin_step("B", 2, "again", later + 7, "at-least-once")
+    assert (memo.action, memo.output) == ("memo", b"")
+
+
+def test_resolving_not_done_fails_the_step_so_a_later_try_runs_it(backend: Store) -> None:
+    """An operator's ``not done`` settles the step failed at that time, with no output and
+    the operator's word as its error; its story says ``resolved``, ``not done``; the next
+    try runs it as its next attempt."""
+    later = _parked(backend)
+    assert backend.resolve_step("once", False, b"ignored", later + 5) == "uncertain"
+    step = backend.step("once")
+    assert step is not None
+    assert (step.status, step.finished_at, step.exit_code, step.output, step.error) == (
+        "failed", later + 5, None, None, "resolved not done by an operator")
+    assert backend.history("step", "once")[-1] == Entry(later + 5, "step", "once", "resolved",
+                                                        None, "not done")
+    assert [s.key for s in backend.steps("failed")] == ["once"]
+    begun = backend.begin_step("B", 2, "once", later + 6, "at-most-once")
+    assert (begun.action, begun.attempt) == ("run", 2)
+    assert backend.resolve_step("once", False, None, later + 7) == "started"
 
 
 def test_a_stale_try_that_finished_keeps_its_result(backend: Store) -> None:

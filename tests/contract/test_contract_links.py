@@ -120,6 +120,28 @@ def test_a_message_linking_no_pending_approval_is_refused_whole(backend: Store,
     assert backend.event(batch[0].id).status == "running"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("reply", ["yes", "no"])
+def test_an_approval_answered_before_its_deadline_is_no_longer_pending(backend: Store,
+                                                                      reply: str) -> None:
+    """Pending means unanswered and unexpired: an approval answered (either way) before
+    its deadline may not be linked, while one beside it still waiting may."""
+    backend.request_approval("done", T0, H, "answered")
+    backend.request_approval("open", T0, H, "waiting")
+    assert backend.answer_approval("done", reply, T0 + 1) == reply
+    backend.ingest("chat", "m1", {"text": "hi"}, T0 + 2)
+    generation = backend.acquire("w", T0 + 2, POLICY.lease_ttl)
+    assert generation is not None
+    batch = backend.claim("w", generation, T0 + 2, POLICY)
+    assert batch
+    ids = [e.id for e in batch]
+    with pytest.raises(BadInput, match="done"):
+        backend.finish("w", generation, T0 + 2, ids, Answer(
+            messages=(Message("ok? {approval:open} {approval:done}"),)))
+    assert backend.finish("w", generation, T0 + 2, ids, Answer(
+        messages=(Message("ok? {approval:open}"),)))
+    assert [m.body for m in backend.outbox()] == ["ok? {approval:open}"]
+
+
 def sent_bodies(store: Store, public_url: str | None, user: str = "alice") -> list[str]:
     bodies: list[str] = []
 

@@ -8,7 +8,7 @@ from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, ApprovalRequest, FollowUp, Message, TimerSpec
 from agentbox.rules.policy import Policy
-from agentbox.rules.records import Lease
+from agentbox.rules.records import Entry, Lease
 from support.clock import T0, TTL
 from support.store import POLICY, store_snapshot
 
@@ -35,10 +35,10 @@ def test_lease_acquire_renew_takeover_release(backend: Store) -> None:
 def test_a_released_lease_is_free_whatever_the_clock_says(backend: Store) -> None:
     """A release frees the lease for good, not until some time: after a run at a later
     clock (an NTP step back, a pinned AGENTBOX_NOW) the next one must not wait."""
+    assert not backend.release("A", 1, T0 + 1000)  # never taken: nothing to release
     assert backend.acquire("A", T0 + 1000, TTL) == 1
     assert backend.release("A", 1, T0 + 1000)
-    lease = backend.lease()
-    assert lease is not None and lease.released and lease.generation == 1
+    assert backend.lease() == Lease("A", 1, T0 + 1000, True)  # until: when it was released
     assert backend.acquire("B", T0, TTL) == 2  # the clock went back 1000 s
     assert backend.release("B", 2, T0)
     assert backend.acquire("B", T0 - 500, TTL) == 3  # the same holder: the generation counts up
@@ -274,3 +274,99 @@ def test_a_holder_of_a_newer_generation_cannot_settle_a_claim_of_an_older_one(
     assert not backend.fail("B", 2, T0 + LATER, [event_id], "boom", POLICY)
     assert not backend.interrupt("B", 2, T0 + LATER, [event_id])
     assert store_snapshot(backend, [event_id]) == before
+
+
+def test_a_pause_holds_next_work_back_until_it_ends(backend: Store) -> None:
+    """While the inbox is paused, work that is due waits for the pause's end; work due
+    after it keeps its own time, and an inbox with nothing scheduled has no next work.
+    The status shows the pause in force and the next timer."""
+    breaks = Policy(lease_ttl=TTL, max_attempts=1, breaker_runs=3, breaker_cooldown=600)
+    for n in range(3):  # three failed runs open the breaker
+        backend.ingest("chat", f"bad{n}", "{}", T0 + n)
+        generation = backend.acquire("W", T0 + n, TTL)
+        assert generation is not None
+        ids = [e.id for e in backend.claim("W", generation, T0 + n, breaks) or []]
+        assert backend.fail("W", generation, T0 + n, ids, "boom", breaks)
+        assert backend.release("W", generation, T0 + n)
+    pause = backend.paused()
+    assert pause is not None and pause.until == T0 + 602
+    assert backend.status().paused == pause
+    assert backend.next_work(T0 + 3) is None  # every event is dead: nothing scheduled
+    backend.add_timer(TimerSpec(name="late", due=T0 + 5000, every=3600), T0 + 3)
+    [late] = backend.timers()
+    assert backend.status().next_timer == late and late.due == T0 + 5000
+    assert backend.next_work(T0 + 3) == T0 + 5000
+    backend.ingest("chat", "new", "{}", T0 + 4)
+    assert backend.next_work(T0 + 4) == T0 + 602
+
+
+def test_a_deferred_run_gives_its_attempts_back_and_waits(backend: Store) -> None:
+    """A handler's temporary failure (exit 75): each event pending again with the attempt
+    given back, the error kept, available after the wait (at least a minute, or the
+    retry backoff if longer); each story says ``deferred`` under the run's generation."""
+    policy = Policy(lease_ttl=TTL, retry_backoff=90)
+    ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(2)]
+    assert backend.acquire("A", T0, TTL) == 1
+    assert [e.id for e in backend.claim("A", 1, T0, policy) or []] == ids
+    assert backend.defer("A", 1, T0 + 5, ids, "exit 75", policy)
+    for event_id in ids:
+        event = backend.event(event_id)
+        assert event is not None
+        assert (event.status, event.attempts, event.error, event.available_at,
+                event.updated_at) == ("pending", 0, "exit 75", T0 + 95, T0 + 5)
+        assert backend.story(event_id)[-1] == Entry(T0 + 5, "event", str(event_id),
+                                                    "deferred", 1,
+                                                    "exit 75; attempt 1 given back")
+    assert not backend.defer("A", 1, T0 + 6, ids, "exit 75", policy)  # no longer running
+    assert backend.next_work(T0 + 6) == T0 + 95
+    assert backend.claim("A", 1, T0 + 6, policy) == []
+    assert [e.id for e in backend.claim("A", 1, T0 + 95, policy) or []] == ids
+
+
+def test_an_abandoned_event_goes_back_with_its_reason_after_the_backoff(
+        backend: Store) -> None:
+    """An event left running by a generation that lost its lease goes back to pending at
+    the next claim: the lost generation and attempt in its error, retried after the
+    backoff, its story saying ``abandoned`` under the lost generation."""
+    policy = Policy(lease_ttl=TTL, retry_backoff=30)
+    event_id = backend.ingest("chat", "m", "{}", T0).id
+    assert backend.acquire("A", T0, TTL) == 1
+    assert backend.claim("A", 1, T0, policy)
+    later = T0 + LATER
+    assert backend.acquire("B", later, TTL) == 2
+    assert backend.claim("B", 2, later, policy) == []  # back to pending, not yet available
+    event = backend.event(event_id)
+    assert event is not None
+    assert (event.status, event.attempts, event.available_at, event.updated_at, event.error) == (
+        "pending", 1, later + 30, later, "worker of generation 1 lost its lease during attempt 1")
+    assert backend.story(event_id)[-1] == Entry(later, "event", str(event_id), "abandoned", 1,
+                                                "attempt 1 never finished")
+    assert [e.id for e in backend.claim("B", 2, later + 30, policy) or []] == [event_id]
+
+
+def test_the_breakers_lines_name_the_run_that_opened_or_closed_it(backend: Store) -> None:
+    """The pause a failed (or deferred) run opens is recorded under that run's generation,
+    and so is the close by the probe run that finished."""
+    breaks = Policy(lease_ttl=TTL, max_attempts=1, breaker_runs=2, breaker_cooldown=600)
+
+    def one_run(now: int, end: str) -> int:
+        backend.ingest("chat", f"m{now}", "{}", now)
+        generation = backend.acquire("W", now, TTL)
+        assert generation is not None
+        ids = [e.id for e in backend.claim("W", generation, now, breaks) or []]
+        if end == "finish":
+            assert backend.finish("W", generation, now, ids)
+        else:
+            ending = backend.fail if end == "fail" else backend.defer
+            assert ending("W", generation, now, ids, "boom", breaks)
+        assert backend.release("W", generation, now)
+        return generation
+
+    one_run(T0, "fail")
+    opened = one_run(T0 + 1, "defer")
+    reopened = one_run(T0 + 601, "fail")  # the probe failed
+    closed = one_run(T0 + 1201, "finish")  # the next probe finished
+    assert len({opened, reopened, closed}) == 3
+    assert [(e.at, e.action, e.generation) for e in backend.history("inbox", "pause")] == [
+        (T0 + 1, "paused", opened), (T0 + 601, "paused", reopened),
+        (T0 + 1201, "resumed", closed)]
