@@ -174,3 +174,36 @@ def test_an_open_breaker_is_not_replaced_by_a_budget_pause(backend: Store) -> No
     assert backend.gate(T0 + 10, DAY, policy) == breaker
     assert backend.gate(T0 + 700, DAY, policy) is None  # the probe runs; no budget check
     assert backend.outbox() == [] and backend.paused() == breaker
+
+
+def test_the_budget_s_notice_says_what_was_spent_and_until_when(backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=1000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    [notice] = backend.outbox()
+    assert notice.body == ("agentbox paused this inbox (token budget reached: 1000 of 1000 "
+                           "tokens today): runs claim nothing until 1970-01-13T13:46:40Z; "
+                           "`agentbox resume` lifts it")  # DAY[1], the local day's end
+
+
+def test_a_run_s_usage_lists_every_event_of_its_batch(backend: Store) -> None:
+    generation, ids = _batch(backend, T0, ["a", "b", "c"], BREAKS)
+    assert len(ids) == 3
+    assert backend.finish("W", generation, T0, ids, Answer(usage=Usage(tokens=7)), BREAKS)
+    [record] = backend.usage()
+    assert (record.at, record.generation, record.events, record.tokens) == (
+        T0, generation, tuple(sorted(ids)), 7)
+
+
+def test_a_budget_pause_changes_the_pause_alone(backend: Store) -> None:
+    """The streak of failed runs and the end of an earlier waiver stay as recorded."""
+    _finished(backend, T0, Usage(tokens=5000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    assert backend.resume(T0 + 2) is not None  # waived until the day's end
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1] + 1, Usage(tokens=1000), TOKENS)
+    _failed(backend, DAY[1] + 2, ["x"], BREAKS._replace(budget_tokens_per_day=1000))
+    before = backend.governor()
+    assert (before.streak.runs, before.waived_until) == (1, DAY[1])
+    paused = backend.gate(DAY[1] + 3, next_day, TOKENS)
+    assert paused == Pause(BUDGET, "token budget", DAY[1] + 3, next_day[1])
+    assert backend.governor() == before._replace(pause=paused)
