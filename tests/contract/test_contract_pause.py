@@ -207,3 +207,25 @@ def test_a_budget_pause_changes_the_pause_alone(backend: Store) -> None:
     paused = backend.gate(DAY[1] + 3, next_day, TOKENS)
     assert paused == Pause(BUDGET, "token budget", DAY[1] + 3, next_day[1])
     assert backend.governor() == before._replace(pause=paused)
+
+
+def test_a_waiver_ends_with_its_day(backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=5000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    assert backend.resume(T0 + 2) is not None  # waived until DAY[1]
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1], Usage(tokens=1000), TOKENS)
+    assert backend.gate(DAY[1], next_day, TOKENS) == Pause(BUDGET, "token budget", DAY[1],
+                                                           next_day[1])
+
+
+def test_a_day_already_over_budget_pauses_again_as_the_last_pause_ends(
+        backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=1000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1], Usage(tokens=1000), TOKENS)  # a run that claimed before
+    assert backend.gate(DAY[1] + 1, next_day, TOKENS) == Pause(
+        BUDGET, "token budget", DAY[1] + 1, next_day[1])
+    assert [a for _, a, _ in _pauses(backend)] == ["paused", "resumed", "paused"]
+    assert len(backend.outbox()) == 2  # one notice per pause
