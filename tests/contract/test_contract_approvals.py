@@ -156,3 +156,32 @@ def test_no_timer_of_one_s_own_takes_an_expiry_s_name(backend: Store) -> None:
     [timer] = backend.timers()
     assert (timer.name, timer.due, timer.event_source, timer.event_id) == (
         "expire:refund-1", T0 + H, "approval", "refund-1")
+
+
+def test_pending_approvals_are_the_unanswered_live_ones_soonest_deadline_first(
+        backend: Store) -> None:
+    backend.request_approval("late", T0, 3 * H, "third")
+    backend.request_approval("b-tie", T0, H, "second")
+    backend.request_approval("a-tie", T0 + 1, H - 1, "first")  # the same deadline: by id
+    backend.request_approval("answered", T0, 2 * H, "answered")
+    backend.request_approval("gone", T0, 10, "expires first")
+    assert backend.answer_approval("answered", "no", T0 + 5) == "no"
+    pending = [Approval("a-tie", "first", T0 + 1, T0 + H, "pending", None),
+               Approval("b-tie", "second", T0, T0 + H, "pending", None),
+               Approval("late", "third", T0, T0 + 3 * H, "pending", None)]
+    assert backend.pending_approvals(T0 + 9) == [
+        Approval("gone", "expires first", T0, T0 + 10, "pending", None), *pending]
+    assert backend.pending_approvals(T0 + 10) == pending  # at its deadline it expired
+    assert backend.pending_approvals(T0 + 10, limit=2) == pending[:2]
+    assert backend.pending_approvals(T0 + H) == pending[2:]
+    assert backend.pending_approvals(T0 + 3 * H) == []
+    assert backend.answer_approval("late", "yes", T0 + H) == "yes"
+    assert backend.pending_approvals(T0 + H) == []
+
+
+def test_pending_approvals_lists_a_hundred_unless_told(backend: Store) -> None:
+    for n in range(101):
+        backend.request_approval(f"r{n:03}", T0, H + n, "refund")
+    listed = backend.pending_approvals(T0)
+    assert [a.id for a in listed] == [f"r{n:03}" for n in range(100)]
+    assert len(backend.pending_approvals(T0, limit=101)) == 101

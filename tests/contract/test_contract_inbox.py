@@ -8,7 +8,7 @@ from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
-from support.store import run, store_snapshot
+from support.store import plant, run, store_snapshot
 
 
 def test_location_and_instance_identify_a_store(backend: Store, other_backend: Store) -> None:
@@ -164,3 +164,25 @@ def test_a_payload_over_the_bound_is_refused_one_by_one_or_many(backend: Store) 
         backend.ingest_many([("hook", "small", "{}"), ("hook", "big", big)], T0, max_payload=32)
     assert backend.events() == []
     assert [r.outcome for r in backend.ingest_many([("hook", "big", big)], T0)] == ["stored"]
+
+
+def test_an_event_stored_inside_a_transaction_is_judged_as_an_ingest_is(
+        backend: Store) -> None:
+    """What a timer, an approval's outcome and a batch's remembered keys store through
+    (``plant`` here): the key is named in the answer, the same payload again is a
+    duplicate, another one a conflict written into the story of the event that stands."""
+    from agentbox.rules.keys import conflict_detail
+
+    stored = plant(backend, "timer", "digest@1", '{"n":1}', T0)
+    assert (stored.outcome, stored.source, stored.source_id) == ("stored", "timer",
+                                                                 "digest@1")
+    again = plant(backend, "timer", "digest@1", '{"n":1}', T0 + 1)
+    assert (again.outcome, again.id, again.source, again.source_id) == (
+        "duplicate", stored.id, "timer", "digest@1")
+    assert [e.action for e in backend.story(stored.id)] == ["stored"]
+    other = plant(backend, "timer", "digest@1", '{"n":2}', T0 + 2)
+    assert (other.outcome, other.id) == ("conflict", stored.id)
+    assert [(e.at, e.action, e.detail) for e in backend.story(stored.id)][1:] == [
+        (T0 + 2, "conflict", conflict_detail('{"n":2}'))]
+    event = backend.event(stored.id)
+    assert event is not None and event.payload == '{"n":1}'  # the first stands

@@ -7,7 +7,7 @@ import pytest
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.ledger.store import Store
 from agentbox.rules.outbox import RESEND_BACKOFF, Dispatch, Wait
-from agentbox.rules.records import OUTBOX_STATES
+from agentbox.rules.records import OUTBOX_STATES, Entry
 from agentbox.rules.retention import Cutoffs
 from support.clock import T0
 from support.store import outbox_states, say
@@ -350,3 +350,70 @@ def test_the_gap_counts_from_a_resend_not_from_the_first_claim(backend: Store) -
     held = wait(backend, T0 + GAP + 1)  # a gap from the first claim would have let it go
     assert held.until == resent_at + GAP
     assert dispatch(backend, resent_at + GAP).body == "next"
+
+
+def last_line(store: Store, subject: str, subject_id: object) -> Entry:
+    """The newest line of a message's or a dispatch's history."""
+    return store.history(subject, subject_id)[-1]
+
+
+def test_a_parked_dispatch_and_its_operator_s_verdict_are_told_line_by_line(
+        backend: Store) -> None:
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, "at-most-once")
+    [message] = first.message_ids
+    assert backend.settle_dispatch(first.key, "unknown", T0 + 1, "timed out", attempt=1)
+    assert last_line(backend, "dispatch", first.key) == Entry(
+        T0 + 1, "dispatch", first.key, "uncertain", None, "timed out")
+    assert last_line(backend, "message", message) == Entry(
+        T0 + 1, "message", str(message), "uncertain", None, first.key)
+    assert backend.resolve_dispatch(first.key, False, T0 + 5) == 1
+    assert last_line(backend, "dispatch", first.key) == Entry(
+        T0 + 5, "dispatch", first.key, "resolved", None, "unsent")
+    assert last_line(backend, "message", message) == Entry(
+        T0 + 5, "message", str(message), "held again", None, f"resolved unsent: {first.key}")
+
+    second = dispatch(backend, T0 + 6, "at-most-once")  # the dispatcher dies: parked
+    assert wait(backend, second.deadline + 1, "at-most-once").held == 0
+    assert last_line(backend, "dispatch", second.key) == Entry(
+        second.deadline + 1, "dispatch", second.key, "uncertain", None,
+        "claim deadline passed with the outcome unknown")
+    assert backend.resolve_dispatch(second.key, True, second.deadline + 2) == 1
+    assert last_line(backend, "dispatch", second.key) == Entry(
+        second.deadline + 2, "dispatch", second.key, "resolved", None, "sent")
+    assert last_line(backend, "message", message) == Entry(
+        second.deadline + 2, "message", str(message), "sent", None,
+        f"resolved sent: {second.key}")
+
+
+def test_a_resolve_parks_an_abandoned_claim_first(backend: Store) -> None:
+    """An at-most-once claim past its deadline is uncertain even before the next claim
+    looks at it: an operator may resolve it at once."""
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, "at-most-once")  # the dispatcher dies
+    with pytest.raises(NotAsAsked) as refused:
+        backend.resolve_dispatch(first.key, True, first.deadline)  # not past it yet
+    assert str(refused.value) == (f"dispatch {first.key} is sending, not uncertain; "
+                                  "nothing to resolve")
+    assert backend.resolve_dispatch(first.key, True, first.deadline + 1) == 1
+    assert outbox_states(backend) == ["sent"]
+
+
+def test_each_word_on_a_try_is_told_in_the_histories(backend: Store) -> None:
+    say(backend, T0, "hello")
+    first = dispatch(backend, T0, max_tries=1)
+    [message] = first.message_ids
+    assert backend.settle_dispatch(first.key, "failed", T0 + 1, "exit 1", attempt=1)
+    assert last_line(backend, "message", message) == Entry(
+        T0 + 1, "message", str(message), "held again", None, "exit 1")
+    second = dispatch(backend, T0 + 2)
+    assert backend.settle_dispatch(second.key, "unknown", T0 + 3, "killed", attempt=1)
+    assert last_line(backend, "dispatch", second.key) == Entry(
+        T0 + 3, "dispatch", second.key, "unknown", None, "killed")
+    assert [(m.state, m.error) for m in backend.outbox()] == [("sending", "killed")]
+    resend = dispatch(backend, second.deadline + 1)
+    assert backend.settle_dispatch(resend.key, "failed", second.deadline + 2, "exit 1",
+                                   attempt=2)
+    assert last_line(backend, "dispatch", second.key) == Entry(
+        second.deadline + 2, "dispatch", second.key, "failed", None,
+        "try 2 of 5: exit 1; kept under the same key, which may have delivered already")

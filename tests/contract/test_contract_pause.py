@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Usage
-from agentbox.rules.breaker import BREAKER, BUDGET, HANDLER_FAILING, Pause
+from agentbox.rules.breaker import BREAKER, BUDGET, HANDLER_FAILING, Pause, Streak
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
 
@@ -174,3 +174,114 @@ def test_an_open_breaker_is_not_replaced_by_a_budget_pause(backend: Store) -> No
     assert backend.gate(T0 + 10, DAY, policy) == breaker
     assert backend.gate(T0 + 700, DAY, policy) is None  # the probe runs; no budget check
     assert backend.outbox() == [] and backend.paused() == breaker
+
+
+def test_the_budget_s_notice_says_what_was_spent_and_until_when(backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=1000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    [notice] = backend.outbox()
+    assert notice.body == ("agentbox paused this inbox (token budget reached: 1000 of 1000 "
+                           "tokens today): runs claim nothing until 1970-01-13T13:46:40Z; "
+                           "`agentbox resume` lifts it")  # DAY[1], the local day's end
+
+
+def test_a_run_s_usage_lists_every_event_of_its_batch(backend: Store) -> None:
+    generation, ids = _batch(backend, T0, ["a", "b", "c"], BREAKS)
+    assert len(ids) == 3
+    assert backend.finish("W", generation, T0, ids, Answer(usage=Usage(tokens=7)), BREAKS)
+    [record] = backend.usage()
+    assert (record.at, record.generation, record.events, record.tokens) == (
+        T0, generation, tuple(sorted(ids)), 7)
+
+
+def test_a_budget_pause_changes_the_pause_alone(backend: Store) -> None:
+    """The streak of failed runs and the end of an earlier waiver stay as recorded."""
+    _finished(backend, T0, Usage(tokens=5000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    assert backend.resume(T0 + 2) is not None  # waived until the day's end
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1] + 1, Usage(tokens=1000), TOKENS)
+    _failed(backend, DAY[1] + 2, ["x"], BREAKS._replace(budget_tokens_per_day=1000))
+    before = backend.governor()
+    assert (before.streak.runs, before.waived_until) == (1, DAY[1])
+    paused = backend.gate(DAY[1] + 3, next_day, TOKENS)
+    assert paused == Pause(BUDGET, "token budget", DAY[1] + 3, next_day[1])
+    assert backend.governor() == before._replace(pause=paused)
+
+
+def test_a_waiver_ends_with_its_day(backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=5000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    assert backend.resume(T0 + 2) is not None  # waived until DAY[1]
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1], Usage(tokens=1000), TOKENS)
+    assert backend.gate(DAY[1], next_day, TOKENS) == Pause(BUDGET, "token budget", DAY[1],
+                                                           next_day[1])
+
+
+def test_a_day_already_over_budget_pauses_again_as_the_last_pause_ends(
+        backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=1000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    next_day = (DAY[1], DAY[1] + 86_400)
+    _finished(backend, DAY[1], Usage(tokens=1000), TOKENS)  # a run that claimed before
+    assert backend.gate(DAY[1] + 1, next_day, TOKENS) == Pause(
+        BUDGET, "token budget", DAY[1] + 1, next_day[1])
+    assert [a for _, a, _ in _pauses(backend)] == ["paused", "resumed", "paused"]
+    assert len(backend.outbox()) == 2  # one notice per pause
+
+
+def test_the_streak_says_where_it_began_and_whether_it_covered_other_events(
+        backend: Store) -> None:
+    _failed(backend, T0, ["a"])
+    first = backend.find("chat", "a")
+    assert first is not None
+    assert backend.governor().streak == Streak(1, first.id, False)
+    _failed(backend, T0 + 1, ["b"])
+    assert backend.governor().streak == Streak(2, first.id, True)
+
+
+def test_the_breaker_s_lines_name_the_runs_that_opened_and_closed_it(backend: Store) -> None:
+    generations = []
+    for n, key in enumerate("abc"):
+        generation, ids = _batch(backend, T0 + n, [key], BREAKS)
+        assert backend.fail("W", generation, T0 + n, ids, "boom", BREAKS)
+        assert backend.release("W", generation, T0 + n)
+        generations.append(generation)
+    probe, ids = _batch(backend, T0 + 602, ["ok"], BREAKS)
+    assert backend.finish("W", probe, T0 + 602, ids, Answer(), BREAKS)
+    assert [(e.action, e.generation) for e in backend.history("inbox", "pause")] == [
+        ("paused", generations[-1]), ("resumed", probe)]
+
+
+def test_one_finished_run_ends_a_streak_of_one(backend: Store) -> None:
+    _failed(backend, T0, ["a"])
+    _finished(backend, T0 + 1)
+    assert backend.governor().streak == Streak()
+
+
+def test_a_run_ending_under_a_budget_pause_leaves_the_pause(backend: Store) -> None:
+    """A run that claimed before the budget paused the inbox may fail or finish after:
+    its streak moves, the budget's pause stays."""
+    both = BREAKS._replace(budget_tokens_per_day=1000)
+    _failed(backend, T0, ["a"], both)
+    _finished(backend, T0 + 1, Usage(tokens=1000), both)
+    _failed(backend, T0 + 2, ["b"], both)
+    paused = backend.gate(T0 + 3, DAY, both)
+    assert paused is not None and paused.kind == BUDGET
+    _failed(backend, T0 + 4, ["c"], both)
+    assert backend.paused() == paused and backend.governor().streak.runs == 2
+    _finished(backend, T0 + 5, policy=both)
+    assert backend.paused() == paused and backend.governor().streak == Streak()
+
+
+def test_a_waiver_outlives_the_runs_and_resumes_after_it(backend: Store) -> None:
+    _finished(backend, T0, Usage(tokens=5000), TOKENS)
+    assert backend.gate(T0 + 1, DAY, TOKENS) is not None
+    assert backend.resume(T0 + 2) is not None
+    _failed(backend, T0 + 3, ["a"], BREAKS._replace(budget_tokens_per_day=1000))
+    _finished(backend, T0 + 4, policy=TOKENS)
+    assert backend.governor().waived_until == DAY[1]
+    assert backend.resume(T0 + 5) is None  # nothing to lift: the waiver stands
+    assert backend.governor().waived_until == DAY[1]
+    assert backend.gate(T0 + 6, DAY, TOKENS) is None

@@ -268,3 +268,29 @@ def test_what_runs_spent_goes_after_keep_done_but_never_within_two_days(backend:
     assert backend.prunable(cutoffs(T0 + KEEP + 11, POLICY)).usage == 2  # keep_done, longer
     assert prune(backend, T0 + KEEP + 10).usage == 1  # the one at T0
     assert [r.tokens for r in backend.usage()] == [21, 11]
+
+
+def test_a_sent_message_and_its_dispatch_go_with_their_history(backend: Store) -> None:
+    say(backend, T0, "hello")
+    sent = send(backend, T0)
+    [message] = sent.message_ids
+    assert backend.history("message", message) and backend.history("dispatch", sent.key)
+    counts = prune(backend, T0 + KEEP + 3600)
+    assert (counts.messages, counts.dispatches) == (1, 1)
+    assert backend.history("message", message) == []
+    assert backend.history("dispatch", sent.key) == []
+
+
+def test_one_limit_is_shared_by_every_kind_oldest_kind_first(backend: Store) -> None:
+    """A step stops at its limit: what one kind took, the kinds after it may not (and a
+    limit of none or less takes nothing)."""
+    done_events(backend, 2)
+    say(backend, T0, "hello")
+    send(backend, T0)
+    cut = cutoffs(T0 + KEEP + 3600, POLICY)
+    assert backend.prunable(cut) == PruneCounts(events=2, messages=1, dispatches=1)
+    assert backend.prune_step(cut, 0) == backend.prune_step(cut, -1) == PruneCounts()
+    assert backend.prune_step(cut, 1) == PruneCounts(events=1)
+    assert backend.prune_step(cut, 2) == PruneCounts(events=1, messages=1)
+    assert backend.prune_step(cut, 2) == PruneCounts(dispatches=1)
+    assert backend.prune_step(cut, 2) == PruneCounts()

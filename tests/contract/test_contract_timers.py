@@ -11,6 +11,7 @@ import pytest
 from agentbox.errors import BadInput, NotAsAsked
 from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
+from agentbox.rules.records import Entry
 from agentbox.rules.timers import TimerSpec, cron_due
 from support.clock import T0
 
@@ -329,3 +330,35 @@ def test_re_adding_a_schedule_names_its_due_time_only_with_replace(backend: Stor
     assert backend.add_timer(DIGEST, T0 + 1, replace=True) == "replaced"  # re-arms T0 on purpose
     assert backend.timers()[0].due == T0
     assert backend.add_timer(DIGEST, T0 + 2, replace=True) == "unchanged"
+
+
+def test_a_timer_s_history_tells_each_add_firing_and_removal(backend: Store) -> None:
+    def lines(name: str) -> list[tuple[int, str, str, str | None]]:
+        return [(e.at, e.subject_id, e.action, e.detail) for e in backend.history("timer", name)]
+
+    assert backend.add_timer(DIGEST, T0) == "added"
+    assert backend.add_timer(DIGEST, T0 + 1) == "unchanged"  # writes no line
+    assert backend.tick(T0 + 2 * DAY + 5) == 1  # two occurrences coalesced into the last
+    [event] = backend.timer_events("digest")
+    changed = DIGEST._replace(payload='{"task":"other"}')
+    assert backend.add_timer(changed, T0 + 3 * DAY, replace=True) == "replaced"
+    assert backend.remove_timer("digest", T0 + 3 * DAY + 1)
+    assert lines("digest") == [
+        (T0, "digest", "added", f"due {T0}"),
+        (T0 + 2 * DAY + 5, "digest", "fired",
+         f"scheduled for {T0 + 2 * DAY}, skipped 2: event {event.id} stored"),
+        (T0 + 3 * DAY, "digest", "replaced", f"due {T0}"),
+        (T0 + 3 * DAY + 1, "digest", "removed", None)]
+    assert not backend.remove_timer("digest", T0 + 3 * DAY + 2)  # none left: no line
+    assert len(lines("digest")) == 4
+
+    once = TimerSpec(name="once", due=T0 + 60, every=None, payload='{"n":1}')
+    backend.add_timer(once, T0)
+    backend.tick(T0 + 60)
+    [first] = backend.timer_events("once")
+    # spent: it may be added again, and its occurrence's key is taken by then
+    assert backend.add_timer(once._replace(payload='{"n":2}'), T0 + 61) == "added"
+    assert backend.tick(T0 + 62) == 1
+    assert backend.history("timer", "once")[-1] == Entry(
+        T0 + 62, "timer", "once", "fired",
+        None, f"scheduled for {T0 + 60}, skipped 0: event {first.id} conflict")
