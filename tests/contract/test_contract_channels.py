@@ -126,3 +126,15 @@ def test_channels_held_counts_each_channel_s_held_messages(backend: Store) -> No
     sent(backend, T0, "alerts")
     claimed(backend, T0, "sms")  # sending is not held
     assert list(backend.channels_held().items()) == [("default", 2)]
+
+
+def test_a_channel_takes_over_only_its_own_abandoned_claims(backend: Store) -> None:
+    speak(backend, T0, Message("by sms", channel="sms"))
+    lost = claimed(backend, T0, "sms")  # its dispatcher dies
+    speak(backend, T0 + 1, Message("by mail"))
+    mail = claimed(backend, lost.deadline + 1)  # default's own message, not sms's resend
+    assert (mail.body, mail.channel, mail.tries) == ("by mail", "default", 1)
+    assert mail.key != lost.key
+    resend = claimed(backend, lost.deadline + 2, "sms")
+    assert (resend.key, resend.body, resend.channel, resend.tries) == (
+        lost.key, "by sms", "sms", 2)

@@ -417,3 +417,12 @@ def test_each_word_on_a_try_is_told_in_the_histories(backend: Store) -> None:
     assert last_line(backend, "dispatch", second.key) == Entry(
         second.deadline + 2, "dispatch", second.key, "failed", None,
         "try 2 of 5: exit 1; kept under the same key, which may have delivered already")
+
+
+def test_messages_are_numbered_one_after_another(backend: Store) -> None:
+    """As events are: each queued message takes the next id, within a run's answer and
+    across runs."""
+    say(backend, T0, "one", "two")
+    say(backend, T0 + 1, "three")
+    ids = [m.id for m in backend.outbox()]
+    assert ids == list(range(ids[0], ids[0] + 3))
