@@ -11,6 +11,7 @@ from agentbox.rules.answer import Answer, ApprovalRequest, Message
 from agentbox.rules.outbox import Dispatch
 from agentbox.rules.timers import TimerSpec
 from support.clock import T0, TTL
+from support.fixtures import Opener
 from support.store import POLICY, run
 
 
@@ -53,3 +54,16 @@ def test_two_inboxes_keep_apart_in_everything(backend: Store, other_backend: Sto
     assert other_backend.lease() is not None and other_backend.lease().holder == "B"  # type: ignore[union-attr]
     _, batch = run(other_backend, "B", T0 + 1)
     assert [e.id for e in batch] == [theirs.id]
+
+
+def test_stores_opened_on_one_inbox_before_and_after_a_write_see_the_same(
+        backend: Store, twin: Store, open_inbox: Opener) -> None:
+    """Two stores opened on one inbox before its first write, and one opened after it,
+    see the same rows; each knows the inbox's row id as it opens."""
+    stored = backend.ingest("chat", "m1", "{}", T0)
+    assert twin.find("chat", "m1") == backend.find("chat", "m1") is not None
+    assert twin.status().events["pending"] == 1
+    again = open_inbox("alice")
+    assert again.inbox_id == backend.inbox_id is not None  # known as it opens
+    assert again.event(stored.id) == backend.event(stored.id)
+
