@@ -43,10 +43,12 @@ def _templates() -> jinja2.Environment:
     return env
 
 
+@functools.cache
 def warm() -> None:
     """Compile every page now (a page and the one it extends are loaded on first use):
     a server's first answers would otherwise each wait for Jinja2 to load and compile
-    the pages they show, tens of milliseconds that set a busy server's slowest answers."""
+    the pages they show, tens of milliseconds that set a busy server's slowest answers.
+    Once per process, however many inboxes' pages a server makes."""
     env = _templates()
     for name in env.list_templates(extensions=["html"]):
         env.get_template(name)

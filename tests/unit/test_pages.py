@@ -13,6 +13,7 @@ def test_a_warmed_page_renders_without_loading_its_template_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     env = pages._templates()
     env.cache.clear()  # type: ignore[union-attr]  # as a server that just started
+    pages.warm.cache_clear()
     pages.warm()
 
     def loaded_again(*args: object) -> None:
