@@ -41,10 +41,15 @@ def test_an_integer_beyond_what_json_numbers_carry_is_bad_input(backend: Store) 
     assert backend.find("hook", "k") is None
 
 
-def _as_stored_by_0_2(store: Store, source_id: str, old: str) -> None:
+_NAMED_BY = {"events": "source_id", "timers": "name"}  # the column a test names a row by
+
+
+def _as_stored_by_0_2(store: Store, key: str, old: str, table: str = "events") -> None:
+    """The payload of the ``table`` row named ``key`` as agentbox 0.2 spelt it, in an
+    inbox whose walk to JCS has not begun."""
     with store._write() as tx:
-        tx.run("UPDATE events SET payload = :old WHERE inbox_id = :box AND source_id = :k",
-               old=old, k=source_id)
+        tx.run(f"UPDATE {table} SET payload = :old WHERE inbox_id = :box "
+               f"AND {_NAMED_BY[table]} = :k", old=old, k=key)
         tx.run("UPDATE inboxes SET canonical_from = 0 WHERE id = :box")
 
 
@@ -61,13 +66,6 @@ def test_an_old_inbox_s_duplicate_is_still_recognised_and_its_rows_rewritten(
     assert backend.canonicalise_step() is None  # done: the walk is not made again
 
 
-def _timer_as_stored_by_0_2(store: Store, name: str, old: str) -> None:
-    with store._write() as tx:
-        tx.run("UPDATE timers SET payload = :old WHERE inbox_id = :box AND name = :name",
-               old=old, name=name)
-        tx.run("UPDATE inboxes SET canonical_from = 0 WHERE id = :box")
-
-
 def test_the_walk_counts_only_the_payloads_it_rewrote_and_rewrites_timers_too(
         backend: Store) -> None:
     """A step says how many payloads it changed: those already in JCS are left and not
@@ -79,7 +77,7 @@ def test_the_walk_counts_only_the_payloads_it_rewrote_and_rewrites_timers_too(
     for name in ("digest", "plain"):
         backend.add_timer(TimerSpec(name=name, due=T0 + 60, every=None, payload='{"n":1}'), T0)
     _as_stored_by_0_2(backend, "old", legacy_canonical({"n": 1.0}))
-    _timer_as_stored_by_0_2(backend, "digest", legacy_canonical({"n": 1.0, "a": [2.0]}))
+    _as_stored_by_0_2(backend, "digest", legacy_canonical({"n": 1.0, "a": [2.0]}), "timers")
     assert backend.canonicalise_step() == 1
     assert [e.payload for e in backend.events()] == ['{"n":1}'] * 3
     assert [(t.name, t.payload) for t in backend.timers()] == [
