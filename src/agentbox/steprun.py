@@ -143,7 +143,7 @@ def journaled(store: Store, run: RunRef, key: str, mode: str,
 
 def _rehearsed(key: str) -> bool:
     """Under a rehearsal, note this try in the run's step log; True when the rehearsal's
-    fault is to kill the run inside it (the log's ``kill`` line names its ordinal)."""
+    fault is to kill the run inside it (``kill_step`` names that try's ordinal in the run)."""
     text = os.environ.get(REHEARSAL_VARIABLE)
     if not text:
         return False
