@@ -185,3 +185,17 @@ def test_pending_approvals_lists_a_hundred_unless_told(backend: Store) -> None:
     listed = backend.pending_approvals(T0)
     assert [a.id for a in listed] == [f"r{n:03}" for n in range(100)]
     assert len(backend.pending_approvals(T0, limit=101)) == 101
+
+
+def test_a_request_s_expiry_replaces_a_timer_left_under_its_name(backend: Store) -> None:
+    """A timer the library let through under ``expire:ID`` (it names an outcome event) is
+    taken over by the request: the approval expires when it says, not when that timer did."""
+    assert backend.add_timer(TimerSpec(name="expire:refund-1", due=T0 + 60, every=None,
+                                       payload="{}", event_source="approval",
+                                       event_id="refund-1"), T0) == "added"
+    assert backend.request_approval("refund-1", T0 + 1, 4 * H, "refund order 1")
+    [timer] = backend.timers()
+    assert (timer.name, timer.due, timer.created_at) == ("expire:refund-1", T0 + 1 + 4 * H,
+                                                         T0 + 1)
+    assert json.loads(timer.payload) == {"action": "refund order 1", "answer": "expired",
+                                         "approval": "refund-1"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.breaker import BREAKER, BUDGET, HANDLER_FAILING, Pause, Streak
@@ -285,3 +287,23 @@ def test_a_waiver_outlives_the_runs_and_resumes_after_it(backend: Store) -> None
     assert backend.resume(T0 + 5) is None  # nothing to lift: the waiver stands
     assert backend.governor().waived_until == DAY[1]
     assert backend.gate(T0 + 6, DAY, TOKENS) is None
+
+
+def test_two_runs_reaching_the_budget_at_once_pause_it_once(
+        backend: Store, twin: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The day's usage is summed before the lock is taken: the run that then takes it
+    second finds the other's pause in force and keeps it, with its one notice."""
+    import agentbox.ledger.pause as pauses
+
+    _finished(backend, T0, Usage(tokens=1000), TOKENS)
+    summed = pauses._spent
+
+    def other_run_first(reader: object, start: int, end: int) -> tuple[float, float]:
+        monkeypatch.setattr(pauses, "_spent", summed)
+        assert twin.gate(T0 + 1, DAY, TOKENS) is not None
+        return summed(reader, start, end)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pauses, "_spent", other_run_first)
+    assert backend.gate(T0 + 2, DAY, TOKENS) == Pause(BUDGET, "token budget", T0 + 1, DAY[1])
+    assert len(backend.outbox()) == 1
+    assert _pauses(backend) == [(T0 + 1, "paused", "token budget: 1000 of 1000 tokens today")]

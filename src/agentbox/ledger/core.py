@@ -69,7 +69,8 @@ class Core:
         """One transaction for every write made inside it, committed once (see
         :meth:`~agentbox.ledger.engine.Engine.group`); None where the engine groups
         concurrent commits itself. :class:`agentbox.groupcommit.GroupCommit` uses it."""
-        return self.engine.group(self._made())
+        self._made()  # the inbox's row, made before the group's transaction begins
+        return self.engine.group()
 
     @contextmanager
     def _locked(self, durable: bool = True) -> Iterator[tuple[Tx, Lease | None]]:

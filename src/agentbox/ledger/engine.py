@@ -134,7 +134,7 @@ class Engine(Protocol):
         redelivery is answered without the write lock."""
         ...
 
-    def write(self, box: int, *, durable: bool = True) -> AbstractContextManager[Tx]:
+    def write(self, box: int, *, durable: bool) -> AbstractContextManager[Tx]:
         """A write transaction. ``durable=False`` commits without waiting for the disk:
         still atomic, carried to disk by the next durable commit, lost only if the
         machine goes down first (lease writes use it)."""
@@ -144,7 +144,7 @@ class Engine(Protocol):
         """Reads that all see one moment of the inbox while writers carry on."""
         ...
 
-    def group(self, box: int) -> AbstractContextManager[None] | None:
+    def group(self) -> AbstractContextManager[None] | None:
         """One write transaction that every write made inside it joins (each as a
         savepoint: one that fails is undone alone), committed once for all of them.
         Where the engine lets one writer in at a time (SQLite), a process's

@@ -150,18 +150,17 @@ def _last_send(tx: Tx, channel: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _sent_in(tx: Reader, channel: str, day: tuple[int, int] | None) -> int:
+def _sent_in(tx: Reader, channel: str, day: tuple[int, int]) -> int:
     """The channel's sends (that may have spoken) claimed in the local day, for a cap."""
     from agentbox.rules.outbox import SPOKE_STATES
 
-    if day is None:
-        return 0
     spoke = "(" + ", ".join(f"'{s}'" for s in SPOKE_STATES) + ")"
     row = tx.one(f"""SELECT COUNT(*) FROM dispatches
                      WHERE inbox_id = :box AND state IN {spoke} AND channel = :channel
                        AND claimed_at >= :start AND claimed_at < :end""",
                  channel=channel, start=day[0], end=day[1])
-    return 0 if row is None else int(row[0])
+    assert row is not None  # COUNT(*) answers one row
+    return int(row[0])
 
 
 def _in_flight(tx: Tx, channel: str) -> tuple[int, int | None]:
@@ -181,7 +180,7 @@ def _wait(tx: Reader, now: int, gap: int, channel: str, limits: Limits | None,
 
     limits = limits or Limits()
     last = _last_send(tx, channel)  # type: ignore[arg-type]
-    sent = _sent_in(tx, channel, limits.day) if limits.max_per_day is not None else 0
+    sent = 0 if limits.day is None else _sent_in(tx, channel, limits.day)  # day: with a cap
     held = rules.held_by(flags, last, gap, now, limits, sent)
     if held is None and flags:
         return None

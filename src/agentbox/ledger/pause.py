@@ -181,8 +181,8 @@ class Pauses(Core):
         with self._locked() as (tx, _):
             state = _governor(tx)
             pause = state.pause
-            if pause is not None and breaker.in_force(pause, now) is not None:
-                return pause  # another run paused it meanwhile
+            if breaker.in_force(pause, now) is not None:
+                return pause  # another run paused it since gate() looked
             if pause is not None and pause.kind == breaker.BUDGET:
                 history.record(tx, now, "inbox", "pause", "resumed", None,
                                "the budget's local day ended")

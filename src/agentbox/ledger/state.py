@@ -90,9 +90,9 @@ class State(Core):
         """Replace the state as an operator, under a lease taken for it (fenced like a
         finish); the new version, or None when the lease is no longer ``holder``'s."""
         from agentbox.rules.lease import holds
-        from agentbox.rules.state import Change, new_state
+        from agentbox.rules.state import state_text
 
-        text = new_state(dict, Change(replace=value), policy.max_state)
+        text = state_text(value, policy.max_state)
         with self._locked() as (tx, lease):
             if not holds(lease, holder, generation, now):
                 return None

@@ -43,8 +43,12 @@ def new_state(current: Callable[[], dict[str, Any]], change: Change, max_state: 
     """The canonical text of the state after ``change``; BadInput (a malformed answer)
     when it is larger than ``max_state`` bytes. ``current`` is read only for a patch: a
     whole new state need not parse the old one."""
-    value = (change.replace if change.replace is not None
-             else merge_patch(current(), change.patch))
+    return state_text(change.replace if change.replace is not None
+                      else merge_patch(current(), change.patch), max_state)
+
+
+def state_text(value: dict[str, Any], max_state: int) -> str:
+    """The canonical text of a whole new state; BadInput when over ``max_state`` bytes."""
     text = canonical_object(value, "the state")
     size = len(text.encode("utf-8"))
     if size > max_state:

@@ -247,13 +247,13 @@ class PostgresEngine:
         """None: a read first would cost every new event a round trip."""
         return None
 
-    def group(self, box: int) -> None:
+    def group(self) -> None:
         """None: the server commits concurrent transactions together itself, and writers
         of one inbox queue on its row lock without polling."""
         return None
 
     @contextmanager
-    def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
+    def write(self, box: int, *, durable: bool) -> Iterator[_Tx]:
         """A queueing transaction; not durable: ``synchronous_commit = off`` for it alone
         (the write-ahead log is written in order, so the next durable commit carries
         it to disk)."""

@@ -213,7 +213,7 @@ class SqliteEngine:
         return _Glance(self.current(), box, self.location)
 
     @contextmanager
-    def write(self, box: int, *, durable: bool = True) -> Iterator[_Tx]:
+    def write(self, box: int, *, durable: bool) -> Iterator[_Tx]:
         with self._translated():
             if self._grouped:
                 with db.savepoint(self.conn):
@@ -224,7 +224,7 @@ class SqliteEngine:
                 yield _Tx(conn, box, self.location)
 
     @contextmanager
-    def group(self, box: int) -> Iterator[None]:
+    def group(self) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction, durable, that the writes inside join."""
         if self._grouped:
             raise RuntimeError("a group is open on this connection already")
