@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentbox import upkeep
+from agentbox.errors import Busy
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.outbox import Dispatch, Wait
@@ -294,3 +297,23 @@ def test_one_limit_is_shared_by_every_kind_oldest_kind_first(backend: Store) -> 
     assert backend.prune_step(cut, 2) == PruneCounts(events=1, messages=1)
     assert backend.prune_step(cut, 2) == PruneCounts(dispatches=1)
     assert backend.prune_step(cut, 2) == PruneCounts()
+
+
+def test_a_key_refused_yet_never_found_is_given_up_on_as_busy(
+        backend: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a refused key be neither stored nor remembered each time it is looked
+    for (a prune forgetting it between the two reads, again and again), the ingest
+    ends Busy and says which key, as an approval's outcome stored under the lock does."""
+    import agentbox.ledger.inbox as inbox
+
+    done_events(backend, 1)
+    prune(backend, LATER)  # hook-0 is remembered, its event gone
+    backend.request_approval("r-1", LATER, 3_600, "refund")
+    backend.answer_approval("r-1", "yes", LATER)
+    monkeypatch.setattr(inbox, "_judged", lambda *_: None)
+    with pytest.raises(Busy) as ingest:
+        backend.ingest("hook", "hook-0", '{"n":0}', LATER)
+    assert str(ingest.value) == "event hook/hook-0 kept changing under concurrent writers"
+    with pytest.raises(Busy) as answer:
+        backend.answer_approval("r-1", "no", LATER + 1)
+    assert str(answer.value) == "event approval/r-1 kept changing under concurrent writers"

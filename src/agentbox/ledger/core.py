@@ -140,13 +140,14 @@ class Core:
         self.engine.close()
 
 
-def among(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    """``(:name0, :name1, …)`` and its parameters: a list in SQL both engines read.
+def among(values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``(:in0, :in1, …)`` and its parameters: a list in SQL both engines read.
 
-    Callers keep lists short (a run's batch, one dispatch's messages); an empty
-    list gives ``(NULL)``, which matches nothing.
+    Callers keep lists short (a run's batch, one dispatch's messages) and put one
+    list in a statement, whose other parameters are never named ``in`` and a
+    number; an empty list gives ``(NULL)``, which matches nothing.
     """
     if not values:
         return "(NULL)", {}
-    names = [f"{name}{n}" for n in range(len(values))]
+    names = [f"in{n}" for n in range(len(values))]
     return "(" + ", ".join(f":{n}" for n in names) + ")", dict(zip(names, values, strict=True))

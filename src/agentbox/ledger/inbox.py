@@ -308,7 +308,7 @@ class Inbox(Core):
         """Dead events back to pending with attempts reset (all of them for ``None``);
         same key, no new row. Returns the ids replayed; ids that are not dead are
         left alone (the caller reports them)."""
-        chosen, params = ("", {}) if ids is None else among("id", sorted(set(ids)))
+        chosen, params = ("", {}) if ids is None else among(sorted(set(ids)))
         with self._locked() as (tx, _):
             replayed = sorted(int(r[0]) for r in tx.rows(
                 f"""UPDATE events SET status = 'pending', attempts = 0, available_at = 0,

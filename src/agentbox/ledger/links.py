@@ -32,7 +32,7 @@ def pending_of(tx: Tx, ids: Collection[str], now: int) -> set[str]:
     """Which of ``ids`` are approvals still waiting for an answer at ``now``."""
     from agentbox.rules import approvals as rules
 
-    chosen, params = among("id", sorted(ids))
+    chosen, params = among(sorted(ids))
     rows = tx.rows(f"""SELECT a.id, a.expires_at, e.payload FROM approvals a
                        LEFT JOIN events e ON e.inbox_id = a.inbox_id AND e.source = :source
                                           AND e.source_id = a.id

@@ -334,7 +334,7 @@ class Outbox(Core):
         from agentbox.ledger.core import among
         from agentbox.rules.outbox import OutboxMessage
 
-        chosen, params = among("state", list(states))
+        chosen, params = among(list(states))
         rows = self._read().rows(
             f"""SELECT id, body, urgent, state, dispatch_key, created_at, sent_at, error,
                        channel

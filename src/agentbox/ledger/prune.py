@@ -62,7 +62,7 @@ def _raise_floors(tx: Tx) -> None:
 
 def _forget_history(tx: Tx, subject: str, ids: Sequence[object]) -> None:
     if ids:
-        chosen, params = among("s", [str(i) for i in ids])
+        chosen, params = among([str(i) for i in ids])
         tx.run(f"""DELETE FROM history WHERE inbox_id = :box AND subject = :subject
                    AND subject_id IN {chosen}""", subject=subject, **params)
 
@@ -86,7 +86,7 @@ def _events(tx: Tx, cut: Cutoffs, limit: int) -> int:
     ids = [int(row[0]) for row in rows]
     _forget_history(tx, "event", ids)
     if ids:
-        chosen, params = among("id", ids)
+        chosen, params = among(ids)
         tx.run(f"DELETE FROM events WHERE inbox_id = :box AND id IN {chosen}", **params)
     return len(ids)
 
@@ -100,7 +100,7 @@ def _rows(tx: Tx, cut: Cutoffs, limit: int, kind: str, column: str, order: str,
         limit=limit, **cut._asdict())]
     _forget_history(tx, subject, found)
     if found:
-        chosen, params = among("k", found)
+        chosen, params = among(found)
         tx.run(f"DELETE FROM {table} WHERE inbox_id = :box AND {column} IN {chosen}", **params)
     return len(found)
 

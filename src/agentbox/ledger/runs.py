@@ -96,7 +96,7 @@ def _fenced(tx: Tx, lease: Lease | None, holder: str, generation: int, now: int,
     unique = sorted(set(ids))
     if not unique:
         return {}
-    chosen, params = among("id", unique)
+    chosen, params = among(unique)
     rows = tx.rows(f"""SELECT id, attempts FROM events WHERE inbox_id = :box AND id IN {chosen}
                        AND status = 'running' AND claim_gen = :gen""", gen=generation, **params)
     return {int(i): int(a) for i, a in rows} if len(rows) == len(unique) else None
@@ -126,7 +126,7 @@ def next_work_of(reader: Reader, boxes: Collection[int], now: int) -> dict[int, 
 
     if not boxes:
         return {}
-    chosen, params = among("b", sorted(boxes))
+    chosen, params = among(sorted(boxes))
     found: dict[int, int] = {}
     for box, first, running, timer, paused, *lease in reader.rows(
             f"{_WORK} WHERE i.id IN {chosen}", now=now, **params):
@@ -176,7 +176,7 @@ class Runs(Core):
             attempts = {i: a for i, a, *_ in found["retry"] + found["fresh"]}
             history.record_many(tx, now, "event", "claimed",
                                 ((i, generation, f"attempt {attempts[i] + 1}") for i in ids))
-            chosen, marks = among("id", ids)
+            chosen, marks = among(ids)
             claimed = tx.last(
                 f"""UPDATE events SET status = 'running', attempts = attempts + 1,
                         claim_gen = :gen, updated_at = :now
@@ -206,7 +206,7 @@ class Runs(Core):
             if mine is None:
                 return False
             done = sorted(mine)
-            chosen, params = among("id", done)
+            chosen, params = among(done)
             tx.run(f"""UPDATE events SET status = 'done', error = NULL, updated_at = :now
                        WHERE inbox_id = :box AND id IN {chosen}""", now=now, **params)
             history.record_many(tx, now, "event", "finished",
