@@ -1,0 +1,75 @@
+"""Migrating a schema: every missing migration in one transaction, in one message, so a
+new schema costs one round trip and one commit, and a failure part way leaves the
+schema as it was found (no half-made tables, no version recorded)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentbox.backends.postgres import db, schema
+from agentbox.backends.postgres.url import parse
+from agentbox.errors import DatabaseError
+from support.postgres import schema_rows
+
+pytestmark = pytest.mark.postgres_only
+BROKEN = ("CREATE TABLE extra (x integer)", "INSERT INTO no_such_table VALUES (1)")
+
+
+def versions(url: str) -> list[int]:
+    rows = schema_rows(url)
+    assert rows is not None
+    return sorted(json.loads(row)["version"] for row in rows["migrations"])
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every message a connection sends while migrating."""
+    messages: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        messages.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    yield messages
+
+
+def test_a_new_schema_gets_every_table_in_one_message(pg_url: str, sent: list[str]) -> None:
+    db.connect(parse(pg_url)).close()
+    made = [m for m in sent if "CREATE TABLE" in m]
+    assert len(made) == 1 and made[0].count("INSERT INTO migrations") == schema.SCHEMA_VERSION
+    assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 1))
+
+
+def test_a_failing_migration_of_a_new_schema_leaves_no_schema(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, BROKEN))
+    monkeypatch.setattr(db, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1)
+    with pytest.raises(DatabaseError):
+        db.connect(parse(pg_url))
+    assert schema_rows(pg_url) is None  # CREATE SCHEMA went with the rest
+
+
+def test_a_failing_later_migration_is_rolled_back_whole(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    db.connect(parse(pg_url)).close()
+    before = schema_rows(pg_url)
+    monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, BROKEN))
+    monkeypatch.setattr(db, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1)
+    with pytest.raises(DatabaseError):
+        db.connect(parse(pg_url))
+    assert schema_rows(pg_url) == before
+
+    fixed = ("CREATE TABLE extra (x integer)", "INSERT INTO extra VALUES (1)")
+    monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, fixed))
+    for _ in range(2):
+        db.connect(parse(pg_url)).close()
+    after = schema_rows(pg_url)
+    assert after is not None and after["extra"] == ['{"x":1}']  # ran once
+    assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 2))
