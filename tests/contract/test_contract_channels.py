@@ -138,3 +138,11 @@ def test_a_channel_takes_over_only_its_own_abandoned_claims(backend: Store) -> N
     resend = claimed(backend, lost.deadline + 2, "sms")
     assert (resend.key, resend.body, resend.channel, resend.tries) == (
         lost.key, "by sms", "sms", 2)
+
+
+def test_the_outbox_lists_each_message_with_its_channel(backend: Store) -> None:
+    speak(backend, T0, Message("a"), Message("b", channel="sms"), Message("c", urgent=True,
+                                                                       channel="alerts"))
+    assert [(m.body, m.urgent, m.channel) for m in backend.outbox()] == [
+        ("a", False, "default"), ("b", False, "sms"), ("c", True, "alerts")]
+    assert [m.body for m in backend.outbox(limit=2)] == ["b", "c"]  # the newest, oldest first

@@ -6,6 +6,7 @@ hour and minute and steps until one falls outside the window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -99,14 +100,28 @@ def test_quiet_hours_are_written_hh_mm_dash_hh_mm(text: object) -> None:
         parse_window(text)
 
 
+def sent(n: int) -> Callable[[tuple[int, int]], int]:
+    """A day's count of sends, for held_by."""
+    return lambda _day: n
+
+
+def never_asked(day: tuple[int, int]) -> int:
+    raise AssertionError(f"the day's sends were counted ({day}) with no cap to reach")
+
+
 def test_what_holds_a_channel_comes_in_order_quiet_hours_cap_gap() -> None:
     quiet_now = Limits(quiet_until=500, day=(0, DAY), max_per_day=1)
-    assert held_by([False], None, 60, 100, quiet_now, 0) == ("quiet hours", 500)
-    assert held_by([True], None, 60, 100, quiet_now, 5) is None  # urgent: neither holds it
+    assert held_by([False], None, 60, 100, quiet_now, never_asked) == ("quiet hours", 500)
+    assert held_by([True], None, 60, 100, quiet_now, never_asked) is None  # urgent: neither
     assert held_by([True], None, 60, 100, quiet_now._replace(urgent_in_quiet_hours=False),
-                   0) == ("quiet hours", 500)
+                   never_asked) == ("quiet hours", 500)
     capped = quiet_now._replace(quiet_until=None)
-    assert held_by([False], None, 60, 100, capped, 1) == ("max_per_day", DAY)
-    assert held_by([False], 90, 60, 100, capped, 0) == ("gap", 150)
-    assert held_by([False], 40, 60, 100, capped, 0) is None
-    assert held_by([], None, 60, 100, capped, 0) is None
+    days: list[tuple[int, int]] = []
+    assert held_by([False], None, 60, 100, capped,
+                   lambda day: days.append(day) or 1) == ("max_per_day", DAY)
+    assert days == [(0, DAY)]  # the local day's, as the limits hold it
+    assert held_by([False], 90, 60, 100, capped, sent(0)) == ("gap", 150)
+    assert held_by([False], 40, 60, 100, capped, sent(0)) is None
+    assert held_by([], None, 60, 100, capped, never_asked) is None
+    uncapped = capped._replace(day=None, max_per_day=None)
+    assert held_by([False], 40, 60, 100, uncapped, never_asked) is None

@@ -335,11 +335,11 @@ def held_waits(sess: "Session") -> "dict[str, Wait | None]":
 
 def _list_outbox(ctx: typer.Context, show_all: bool, limit: int | None, as_json: bool) -> None:
     from agentbox import render
-    from agentbox.rules.records import OPEN_OUTBOX_STATES, OUTBOX_STATES
+    from agentbox.rules.records import OPEN_OUTBOX_STATES, OUTBOX_LISTED, OUTBOX_STATES
 
     sess = session(ctx)
     messages = sess.store().outbox(OUTBOX_STATES if show_all else OPEN_OUTBOX_STATES,
-                                   limit or 1000)
+                                   limit or OUTBOX_LISTED)
     waits = held_waits(sess) if any(m.state == "held" for m in messages) else {}
     rows = [{"id": m.id, "state": m.state, "urgent": m.urgent, "dispatch_key": m.dispatch_key,
              "created": m.created_at, "sent": m.sent_at, "error": m.error, "body": m.body,

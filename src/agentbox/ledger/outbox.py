@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 from agentbox.ledger import history
 from agentbox.ledger.core import KEY_PREFIX, Core
 from agentbox.rules.policy import DEFAULT_MAX_SEND_TRIES
-from agentbox.rules.records import DEFAULT_CHANNEL, OPEN_OUTBOX_STATES, SendOutcome
+from agentbox.rules.records import (
+    DEFAULT_CHANNEL,
+    OPEN_OUTBOX_STATES,
+    OUTBOX_LISTED,
+    SendOutcome,
+)
 
 if TYPE_CHECKING:
     from agentbox.ledger.engine import Engine, Reader, Tx
@@ -98,10 +103,11 @@ def _park_expired(tx: Tx, now: int, channel: str | None = None) -> list[Expired]
     from agentbox.rules import outbox as rules
 
     left: list[Expired] = []
+    only = "" if channel is None else "AND channel = :channel"
     for key, mode, body, urgent, tries, max_tries in tx.rows(
             f"""SELECT key, mode, body, urgent, tries, max_tries FROM dispatches
                 WHERE inbox_id = :box AND state = 'sending' AND deadline < :now
-                {'' if channel is None else 'AND channel = :channel'}
+                {only}
                 ORDER BY seq""", now=now, channel=channel):
         if rules.on_expiry(str(mode), int(tries), int(max_tries)) == "resend":
             left.append((str(key), str(mode), str(body), bool(urgent), int(tries),
@@ -180,8 +186,7 @@ def _wait(tx: Reader, now: int, gap: int, channel: str, limits: Limits | None,
 
     limits = limits or Limits()
     last = _last_send(tx, channel)  # type: ignore[arg-type]
-    sent = 0 if limits.day is None else _sent_in(tx, channel, limits.day)  # day: with a cap
-    held = rules.held_by(flags, last, gap, now, limits, sent)
+    held = rules.held_by(flags, last, gap, now, limits, lambda day: _sent_in(tx, channel, day))
     if held is None and flags:
         return None
     reason, until = held if held is not None else (None, rules.next_allowed(last, gap))
@@ -329,7 +334,7 @@ class Outbox(Core):
             return len(ids)
 
     def outbox(self, states: Sequence[str] = OPEN_OUTBOX_STATES,
-               limit: int = 1000) -> list[OutboxMessage]:
+               limit: int = OUTBOX_LISTED) -> list[OutboxMessage]:
         """Messages in ``states``, oldest first; past ``limit``, the newest ones."""
         from agentbox.ledger.core import among
         from agentbox.rules.outbox import OutboxMessage

@@ -19,7 +19,7 @@ claim, like the mode); then it is parked ``uncertain`` for an operator
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
 from agentbox.clock import check_time
@@ -127,14 +127,16 @@ def may_send(urgent: Sequence[bool], last_send: int | None, gap: int, now: int) 
 
 
 def held_by(urgent: Sequence[bool], last_send: int | None, gap: int, now: int,
-            limits: Limits, sent_today: int) -> tuple[str, int | None] | None:
+            limits: Limits, sent_in: Callable[[tuple[int, int]], int],
+            ) -> tuple[str, int | None] | None:
     """Why a channel's held messages (their urgent flags) may not go now, and until
     when; None when they may.
 
     Quiet hours hold non-urgent messages until they end, an urgent one too when
     ``urgent_in_quiet_hours`` is off. ``max_per_day`` holds non-urgent ones once
-    the local day's sends (urgent ones counted) reach it, until the next day.
-    Then the gap, which an urgent message bypasses.
+    the local day's sends (urgent ones counted; ``sent_in(day)``, asked only
+    then) reach it, until the next day. Then the gap, which an urgent message
+    bypasses.
     """
     if not urgent:
         return None
@@ -144,7 +146,7 @@ def held_by(urgent: Sequence[bool], last_send: int | None, gap: int, now: int,
     if any(urgent):
         return None
     if (limits.max_per_day is not None and limits.day is not None
-            and sent_today >= limits.max_per_day):
+            and sent_in(limits.day) >= limits.max_per_day):
         return "max_per_day", limits.day[1]
     if not may_send(urgent, last_send, gap, now):
         return "gap", next_allowed(last_send, gap)

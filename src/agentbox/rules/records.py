@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple
 EVENT_STATES = ("pending", "running", "done", "dead")
 OUTBOX_STATES = ("held", "sending", "sent", "uncertain")
 OPEN_OUTBOX_STATES = ("held", "sending", "uncertain")
+OUTBOX_LISTED = 1000  # messages an outbox listing shows when no limit is given: the newest
 DISPATCH_STATES = ("sending", "sent", "failed", "uncertain", "unsent")
 SETTLED_DISPATCH_STATES = ("sent", "failed", "unsent")
 CATCH_UP_MODES = ("coalesce", "each")
