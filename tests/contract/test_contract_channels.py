@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from agentbox.errors import BadInput
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
 from agentbox.rules.outbox import Dispatch, Wait
@@ -146,3 +149,14 @@ def test_the_outbox_lists_each_message_with_its_channel(backend: Store) -> None:
     assert [(m.body, m.urgent, m.channel) for m in backend.outbox()] == [
         ("a", False, "default"), ("b", False, "sms"), ("c", True, "alerts")]
     assert [m.body for m in backend.outbox(limit=2)] == ["b", "c"]  # the newest, oldest first
+
+
+def test_a_claim_names_its_channel_and_urgency_and_needs_a_try(backend: Store) -> None:
+    speak(backend, T0, Message("down", urgent=True, channel="sms"))
+    with pytest.raises(BadInput, match=r"^a dispatch key needs at least one try$"):
+        backend.claim_dispatch(T0, "at-least-once", GAP, TIMEOUT, max_tries=0, channel="sms")
+    assert outbox_states(backend) == ["held"]  # refused before anything was claimed
+    got = claimed(backend, T0, "sms")
+    assert (got.channel, got.urgent, got.body) == ("sms", True, "down")
+    [line] = [e for e in backend.history("dispatch", got.key) if e.action == "claimed"]
+    assert line.detail == "1 message(s), at-least-once, urgent"

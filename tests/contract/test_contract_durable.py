@@ -13,7 +13,7 @@ from agentbox.rules.records import Entry
 from agentbox.rules.state import Change
 from agentbox.rules.steps import Begun, Outcome, Step, step_key
 from support.clock import T0, TTL
-from support.store import POLICY
+from support.store import POLICY, unsign_state
 
 LAPSED = TTL + 1  # a lease taken this long after the last one is a takeover
 
@@ -80,6 +80,17 @@ def test_an_operator_sets_the_state_only_under_the_lease(backend: Store) -> None
     assert backend.set_state("other", 1, T0, {"k": "w"}, POLICY) is None
     assert backend.state().author == "operator"
     assert backend.state().value() == {"k": "v"}
+
+
+def test_a_version_with_no_generation_is_read_as_none(backend: Store) -> None:
+    """Every version agentbox writes names its generation, but the column may be empty in
+    a file edited by hand (or restored from one): such a version reads as written by
+    no generation, not as an error."""
+    assert backend.acquire("op", T0, TTL) == 1
+    assert backend.set_state("op", 1, T0, {"k": "v"}, POLICY) == 1
+    unsign_state(backend)
+    assert backend.state().generation is None
+    assert [(v.version, v.generation) for v in backend.state_history()] == [(1, None)]
 
 
 def test_an_operators_state_names_its_lease_and_says_so_in_its_story(backend: Store) -> None:

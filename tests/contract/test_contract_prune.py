@@ -82,7 +82,7 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
     [first, _] = done_events(backend, 2)
     prune(backend, LATER)
     assert backend.event(first) is None
-    before = store_snapshot(backend)
+    before = store_snapshot(backend, [first])  # its story went with it, and stays gone
     again = backend.ingest("hook", "hook-0", '{"n":0}', LATER)
     assert (again.outcome, again.id) == ("duplicate", first)
     changed = backend.ingest("hook", "hook-0", '{"n":99}', LATER)
@@ -90,7 +90,7 @@ def test_a_pruned_key_is_still_duplicate_or_conflict_inside_the_window(backend: 
     many = backend.ingest_many([("hook", "hook-0", '{"n":0}'), ("hook", "hook-1", "{}")],
                                LATER)
     assert [r.outcome for r in many] == ["duplicate", "conflict"]
-    assert store_snapshot(backend) == before
+    assert store_snapshot(backend, [first]) == before
     assert backend.find("hook", "hook-0") is None
 
     # the window counts from the event's arrival (T0): after it the key is free again
@@ -317,3 +317,21 @@ def test_a_key_refused_yet_never_found_is_given_up_on_as_busy(
     with pytest.raises(Busy) as answer:
         backend.answer_approval("r-1", "no", LATER + 1)
     assert str(answer.value) == "event approval/r-1 kept changing under concurrent writers"
+
+
+def test_a_key_refused_then_found_neither_stored_nor_remembered_is_tried_again(
+        backend: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune may forget a key between the write that refused it and the read that
+    judges it: the ingest then tries the write again, and stores the event."""
+    refuse_once = [True]
+    store_event = backend.engine.store_event
+
+    def raced(*args: object) -> int | None:
+        if refuse_once.pop() if refuse_once else False:
+            return None  # as if the key were still remembered when the write ran
+        return store_event(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend.engine, "store_event", raced)
+    stored = backend.ingest("hook", "hook-0", '{"n":0}', T0)
+    assert stored.outcome == "stored" and backend.event(stored.id) is not None
+    assert refuse_once == []

@@ -158,3 +158,14 @@ def test_an_empty_finish_still_queues_a_runs_messages(store: Store) -> None:
     assert [m.body for m in store.outbox()] == ["report sent"]
     assert not store.finish("B", 1, T0, [], REPLY)
     assert len(store.outbox()) == 1
+
+
+def test_a_finish_in_an_inbox_that_never_failed_writes_no_pause_row(store: Store) -> None:
+    """The breaker's row is written when a run fails, not by every finish: a finished
+    run with no streak to end and no breaker to close only reads that it has none."""
+    from support.store import run
+
+    store.ingest("s", "1", "{}", T0)
+    run(store, "w", T0)
+    rows = every_row(store)
+    assert isinstance(rows, dict) and rows["pauses"] == []

@@ -122,6 +122,24 @@ def test_a_redelivery_is_answered_without_the_write_lock(store: Store, inbox_pat
     assert [e.action for e in store.story(first.id)] == ["stored", "conflict"]
 
 
+@pytest.mark.sqlite_file
+def test_the_very_text_stored_is_answered_without_a_parse_up_to_the_bound(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the engine glances (SQLite), a redelivery of the text stored is judged by
+    the read alone, a payload of exactly the bound included: its characters (52) are
+    more than a quarter of the bound, so only its bytes (92) can say it fits."""
+    import agentbox.ledger.inbox as inbox
+
+    body = '{"text":"' + "é" * 40 + '"}'
+    first = store.ingest("s", "big", body, T0)
+
+    def parsed(*_: object) -> str:
+        raise AssertionError("the redelivery was parsed")
+
+    monkeypatch.setattr(inbox, "payload_text", parsed)
+    assert store.ingest("s", "big", body, T0, max_payload=len(body.encode())).id == first.id
+
+
 def test_a_redelivery_is_held_to_the_size_bound_in_force(store: Store) -> None:
     """The very text stored is a duplicate without a parse, but not past a bound
     lowered since it was stored: that is bad input, as for any other payload."""

@@ -126,6 +126,13 @@ def plant(store: Store, source: str, source_id: str, payload: str, now: int) -> 
         return store_in(store.engine, tx, source, source_id, payload, now)
 
 
+def unsign_state(store: Store) -> None:
+    """Empty the generation of every state version, as no run or operator can (each
+    writes its own): what a file edited by hand may hold."""
+    with store._write() as tx:
+        tx.run("UPDATE state_versions SET generation = NULL WHERE inbox_id = :box")
+
+
 def steal_lease(store: Store) -> None:
     """Hand the lease to another holder behind its holder's back, as no worker can (a
     takeover waits for the lease to end): what a worker that lost its lease sees."""

@@ -227,7 +227,8 @@ class Outbox(Core):
             row = tx.one("""UPDATE inboxes SET dispatch_seq = dispatch_seq + 1
                             WHERE id = :box RETURNING dispatch_seq""")
             prefix = tx.one(KEY_PREFIX)
-            assert row is not None and prefix is not None
+            assert row is not None
+            assert prefix is not None
             seq, key = int(row[0]), rules.dispatch_key(str(prefix[0]), int(row[0]))
             body = rules.merged([str(b) for _, b, _ in held])
             deadline = rules.claim_deadline(now, timeout)

@@ -1,0 +1,39 @@
+"""Which of the ledger's writes wait for the disk: each transaction asks its engine for a
+durable commit or not, and only a write whose loss in a power cut would break a promise
+must wait. Seen here as the ``durable`` each write asks for, on every engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+
+from agentbox.ledger.store import Store
+from support.clock import T0, TTL
+
+
+@pytest.fixture
+def asked(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """The ``durable`` of every write transaction the store opens from now on."""
+    found: list[bool] = []
+    write = store.engine.write
+
+    def noted(box: int, *, durable: bool) -> AbstractContextManager[Any]:
+        found.append(durable)
+        return write(box, durable=durable)
+
+    monkeypatch.setattr(store.engine, "write", noted)
+    yield found
+
+
+def test_only_an_at_most_once_step_s_start_waits_for_the_disk(
+        store: Store, asked: list[bool]) -> None:
+    """A lost ``started`` line runs an at-least-once step again, as it allows; an
+    at-most-once step would run twice, so its start is on disk before it runs."""
+    assert store.acquire("A", T0, TTL) == 1
+    asked.clear()
+    assert store.begin_step("A", 1, "once", T0, "at-most-once").action == "run"
+    assert store.begin_step("A", 1, "again", T0, "at-least-once").action == "run"
+    assert asked == [True, False]
