@@ -308,13 +308,16 @@ class Inbox(Core):
         """Dead events back to pending with attempts reset (all of them for ``None``);
         same key, no new row. Returns the ids replayed; ids that are not dead are
         left alone (the caller reports them)."""
-        chosen, params = ("", {}) if ids is None else among(sorted(set(ids)))
+        params: dict[str, Any] = {}
+        only = ""  # every dead event
+        if ids is not None:
+            chosen, params = among(sorted(set(ids)))
+            only = f"AND id IN {chosen}"
         with self._locked() as (tx, _):
             replayed = sorted(int(r[0]) for r in tx.rows(
                 f"""UPDATE events SET status = 'pending', attempts = 0, available_at = 0,
                         claim_gen = NULL, error = NULL, updated_at = :now
-                    WHERE inbox_id = :box AND status = 'dead'
-                    {'' if ids is None else f'AND id IN {chosen}'} RETURNING id""",
+                    WHERE inbox_id = :box AND status = 'dead' {only} RETURNING id""",
                 now=now, **params))
             history.record_many(tx, now, "event", "replayed",
                                 ((i, None, None) for i in replayed))

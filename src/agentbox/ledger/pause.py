@@ -160,19 +160,21 @@ class Pauses(Core):
             return state.pause
         expired = state.pause is not None and state.pause.kind == breaker.BUDGET
         waived = state.waived_until is not None and now < state.waived_until
-        reason = spending = None
+        over = None  # (which budget was reached, what was spent)
         if breaker.budgeted(policy) and not waived and not (
                 state.pause is not None and state.pause.kind == breaker.BREAKER):
             tokens, cost = _spent(reader, *day)
             reason = breaker.over_budget(tokens, cost, policy)
-            spending = breaker.spent(tokens, cost, policy)
-        if reason is None and not expired:
+            if reason is not None:
+                over = reason, breaker.spent(tokens, cost, policy)
+        if over is None and not expired:
             return None
-        return self._budget_pause(now, day, reason, spending or "")
+        return self._budget_pause(now, day, over)
 
-    def _budget_pause(self, now: int, day: tuple[int, int], reason: str | None,
-                      spending: str) -> Pause | None:
-        """Under the lock: an ended budget pause lifted, a new one set (with its notice)."""
+    def _budget_pause(self, now: int, day: tuple[int, int],
+                      over: tuple[str, str] | None) -> Pause | None:
+        """Under the lock: an ended budget pause lifted, a new one set (with its notice)
+        when ``over`` says which budget was reached and what was spent."""
         from agentbox.ledger.outbox import queue_in
         from agentbox.rules import breaker
         from agentbox.rules.answer import Message
@@ -187,7 +189,8 @@ class Pauses(Core):
                 history.record(tx, now, "inbox", "pause", "resumed", None,
                                "the budget's local day ended")
                 pause = None
-            if reason is not None and pause is None:
+            if over is not None and pause is None:
+                reason, spending = over
                 pause = breaker.Pause(breaker.BUDGET, reason, now, day[1])
                 history.record(tx, now, "inbox", "pause", "paused", None,
                                f"{reason}: {spending} today")
