@@ -37,3 +37,21 @@ def test_only_an_at_most_once_step_s_start_waits_for_the_disk(
     assert store.begin_step("A", 1, "once", T0, "at-most-once").action == "run"
     assert store.begin_step("A", 1, "again", T0, "at-least-once").action == "run"
     assert asked == [True, False]
+
+
+def test_lease_writes_do_not_wait_for_the_disk(store: Store, asked: list[bool]) -> None:
+    """A lease lost to a power cut is one nothing durable used yet: the first durable
+    commit after it (a claim, a finish) carries it to disk."""
+    assert store.acquire("A", T0, TTL) == 1
+    assert store.renew("A", 1, T0 + 1, TTL)
+    assert store.release("A", 1, T0 + 2)
+    assert asked == [False, False, False]
+
+
+def test_a_claim_and_a_finish_wait_for_the_disk(store: Store, asked: list[bool]) -> None:
+    from support.store import run
+
+    store.ingest("s", "1", "{}", T0)
+    asked.clear()
+    run(store, "A", T0)
+    assert asked == [False, True, True, False]  # acquire, claim, finish, release

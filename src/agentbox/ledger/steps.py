@@ -55,7 +55,7 @@ class Steps(Core):
             row = tx.one("""SELECT status, attempts, output FROM steps
                             WHERE inbox_id = :box AND key = :key""", key=key)
             status = None if row is None else str(row[0])
-            decision = decide(status, 0 if row is None else int(row[1]), mode)
+            decision = decide(None if row is None else (str(row[0]), int(row[1])), mode)
             if decision.action == "memo":
                 assert row is not None
                 return Begun("memo", decision.attempt, b"" if row[2] is None else bytes(row[2]))

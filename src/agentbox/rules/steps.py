@@ -46,16 +46,18 @@ class Decision(NamedTuple):
     attempt: int
 
 
-def decide(status: str | None, attempts: int, mode: str) -> Decision:
-    """What a try does, given the journal's row for its KEY (``status`` None: no row).
+def decide(found: tuple[str, int] | None, mode: str) -> Decision:
+    """What a try does, given the journal's (status, attempts) for its KEY, or None when
+    it has no row: then it runs as attempt 1.
 
     A ``done`` step is never run again. A ``failed`` one ran to its end and said
     so: it runs again. A ``started`` one never finished (its worker died inside
     it, or its step process did): its outcome is unknown, so at-least-once runs
     it again and at-most-once parks it ``uncertain``, as an ``uncertain`` one stays.
     """
-    if status is None:
+    if found is None:
         return Decision("run", 1)
+    status, attempts = found
     if status == "done":
         return Decision("memo", attempts)
     if status == "uncertain" or (status == "started" and mode == "at-most-once"):
