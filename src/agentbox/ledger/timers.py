@@ -32,7 +32,7 @@ def _timer(row: tuple[Any, ...]) -> Timer:
                  str(catch_up), source, event_id, bool(done), int(created), cron, tz)
 
 
-def _select(reader: Reader, where: str = "", **params: Any) -> list[Timer]:
+def _select(reader: Reader, where: str, **params: Any) -> list[Timer]:
     return [_timer(row) for row in reader.rows(
         f"SELECT {_COLUMNS} FROM timers WHERE inbox_id = :box {where}", **params)]
 
