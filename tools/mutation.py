@@ -85,9 +85,6 @@ def source_file(module: str) -> Path:
     return Path("src", *module.split(".")).with_suffix(".py")
 
 
-# The system catalogs every PostgreSQL test's schema adds rows to and removes them from.
-CATALOGS = ("pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_index", "pg_constraint",
-            "pg_trigger", "pg_attrdef", "pg_namespace", "pg_sequence", "pg_proc")
 VACUUM_EVERY_S = 30
 
 
@@ -105,7 +102,10 @@ def vacuum_catalogs(stop: threading.Event) -> None:
         import psycopg
     except ImportError:
         return
-    url = os.environ.get("AGENTBOX_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.postgres import CATALOGS, DEFAULT_URL
+
+    url = os.environ.get("AGENTBOX_TEST_PG") or DEFAULT_URL
     while not stop.wait(VACUUM_EVERY_S):
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
