@@ -54,13 +54,14 @@ class Steps(Core):
                 return Begun("fenced")
             row = tx.one("""SELECT status, attempts, output FROM steps
                             WHERE inbox_id = :box AND key = :key""", key=key)
-            status = None if row is None else str(row[0])
-            decision = decide(None if row is None else (str(row[0]), int(row[1])), mode)
+            found = None if row is None else (str(row[0]), int(row[1]))
+            decision = decide(found, mode)
             if decision.action == "memo":
                 assert row is not None
                 return Begun("memo", decision.attempt, b"" if row[2] is None else bytes(row[2]))
             if decision.action == "uncertain":
-                if status != "uncertain":
+                assert found is not None
+                if found[0] != "uncertain":
                     tx.run("""UPDATE steps SET status = 'uncertain', finished_at = :now,
                                   error = :error WHERE inbox_id = :box AND key = :key""",
                            key=key, now=now, error="started, never finished (at-most-once)")
