@@ -10,6 +10,7 @@ pass without having run them.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,8 +56,8 @@ def server_url() -> str:
     return url
 
 
-# Schemas dropped by this process, and how many between two vacuums of the catalogs.
-_dropped = [0]
+# Counts the schemas this process drops; the catalogs are vacuumed every VACUUM_EVERY.
+_drops = itertools.count(1)
 VACUUM_EVERY = 25
 CATALOGS = ("pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_index", "pg_constraint",
             "pg_trigger", "pg_attrdef", "pg_namespace", "pg_sequence")
@@ -69,8 +70,7 @@ def fresh_schema() -> Iterator[str]:
 
     with temporary_schema(server_url(), "agentbox_test") as url:
         yield url
-    _dropped[0] += 1
-    if _dropped[0] % VACUUM_EVERY == 0:
+    if next(_drops) % VACUUM_EVERY == 0:
         _vacuum_catalogs()
 
 
