@@ -62,7 +62,8 @@ def test_pools_on_two_hosts_share_every_inbox_and_handle_each_event_once(
                            name=f"pool{n}", env={"AGENTBOX_DB": pg_url}) for n in range(2)]
     for user in users[4:]:  # inboxes made while the pools serve
         ingest(user)
-    wait_for(lambda: all(open_inbox(u).status().events["done"] == 5 for u in users),
+    inboxes = [open_inbox(u) for u in users]  # one connection each, not one per poll
+    wait_for(lambda: all(inbox.status().events["done"] == 5 for inbox in inboxes),
              "every event of every inbox to be done", 120)
     assert [p.stop(signal.SIGTERM) for p in pools] == [0, 0]
     seen = Counter((b["user"], i) for b in logged_batches(log) for i in b["ids"])
