@@ -37,6 +37,7 @@ import os
 import re
 import selectors
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -121,6 +122,8 @@ class Server:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._pipe_lock = threading.Lock()  # the pipe is never written once closed
+        self._pipe_open = True
         self._selector = selectors.DefaultSelector()
         self._conns: set[_Conn] = set()
         self._answered: deque[tuple[_Conn, bytes | None]] = deque()  # from the workers
@@ -137,11 +140,21 @@ class Server:
         if not self.stopping:
             self._why = why
         self.stopping = True
-        self._wake()
+        self._wake(blocking=False)
 
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
+    def _wake(self, blocking: bool) -> None:
+        """Nudge the loop out of ``select``. Once :meth:`serve` has closed the pipe this
+        does nothing: its number may name another file by then. ``blocking=False`` (for
+        :meth:`stop`, which a signal may call while this thread holds the lock) skips the
+        write when the lock is taken: a wake or the closing is under way already."""
+        if not self._pipe_lock.acquire(blocking=blocking):
+            return
+        try:
+            if self._pipe_open:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_w, b"x")
+        finally:
+            self._pipe_lock.release()
 
     def serve(self) -> None:
         """Run until stopped and every request under way is answered."""
@@ -168,8 +181,10 @@ class Server:
                     next_sweep = now + TICK
                     self._sweep(now)
         self._selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._pipe_lock:
+            self._pipe_open = False
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     # -- connections --------------------------------------------------------------
 
@@ -384,7 +399,7 @@ class Server:
                      f"{type(exc).__name__}: {exc}")
             data = None
         self._answered.append((conn, data))
-        self._wake()
+        self._wake(blocking=True)
 
     def _answer(self, conn: _Conn, data: bytes | None) -> None:
         """Write what is left of an answer (maybe nothing), then go on; None: close."""

@@ -4,6 +4,7 @@ gets (HTML, cookies, forms, errors), and the bounds it keeps on connections."""
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import threading
 import time
@@ -174,3 +175,22 @@ def test_a_client_that_does_not_read_its_answer_is_cut_off(start: Start) -> None
         time.sleep(1.5)
         received = len(read_all(sock))
     assert received < len(big), "the whole answer went to a client that was not reading"
+
+
+def test_a_stop_after_the_server_has_ended_writes_to_no_file() -> None:
+    """Its wake-up pipe is closed when serve() returns; the numbers it had may be another
+    file's by the time a late stop() comes, and nothing may be written there."""
+    server = Server(("127.0.0.1", 0), page, max_body=1024)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    server.stop()
+    thread.join(30)
+    read, write = os.pipe()  # likely given the numbers the server's pipe had
+    try:
+        os.set_blocking(read, False)
+        server.stop()
+        with pytest.raises(BlockingIOError):
+            os.read(read, 1)
+    finally:
+        os.close(read)
+        os.close(write)

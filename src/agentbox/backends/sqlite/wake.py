@@ -80,7 +80,11 @@ class _Inotify:
         return names
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Closing twice is harmless: a second ``os.close`` of the number could close
+        another file that was given it in between."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class _Polling:
