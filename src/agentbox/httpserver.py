@@ -122,8 +122,7 @@ class Server:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._pipe_lock = threading.Lock()  # the pipe is never written once closed
-        self._pipe_open = True
+        self._pipe_lock = threading.Lock()  # the pipe is never written once closed (-1)
         self._selector = selectors.DefaultSelector()
         self._conns: set[_Conn] = set()
         self._answered: deque[tuple[_Conn, bytes | None]] = deque()  # from the workers
@@ -150,7 +149,7 @@ class Server:
         if not self._pipe_lock.acquire(blocking=blocking):
             return
         try:
-            if self._pipe_open:
+            if self._wake_w >= 0:
                 with contextlib.suppress(BlockingIOError):
                     os.write(self._wake_w, b"x")
         finally:
@@ -182,9 +181,9 @@ class Server:
                     self._sweep(now)
         self._selector.close()
         with self._pipe_lock:
-            self._pipe_open = False
             os.close(self._wake_r)
             os.close(self._wake_w)
+            self._wake_w = -1
 
     # -- connections --------------------------------------------------------------
 
