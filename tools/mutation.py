@@ -20,6 +20,7 @@ did not pass). See docs/mutation.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -89,29 +90,19 @@ VACUUM_EVERY_S = 30
 
 
 def vacuum_catalogs(stop: threading.Event) -> None:
-    """Keep the test server's catalogs small while mutmut runs.
-
-    Each PostgreSQL test makes a schema and drops it. A mutation run makes tens of
-    thousands, and on a server without autovacuum the catalogs swell with their dead
-    rows: seen here, pg_attribute grew to 1 GB (6.5 million dead rows) in two hours
-    and mutants were checked 30 times slower, every test's reads of the catalog
-    scanning all of it. A plain VACUUM every half minute keeps them at their size.
-    Without psycopg, a server or the right to vacuum them, this does nothing.
-    """
+    """Keep the test server's catalogs small while mutmut runs: a plain VACUUM every
+    half minute (tests/support/postgres.py says why). Without psycopg, a server or the
+    right to vacuum them, this does nothing."""
     try:
         import psycopg
     except ImportError:
         return
     sys.path.insert(0, str(ROOT / "tests"))
-    from support.postgres import CATALOGS, DEFAULT_URL
+    from support.postgres import vacuum_catalogs as vacuum
 
-    url = os.environ.get("AGENTBOX_TEST_PG") or DEFAULT_URL
     while not stop.wait(VACUUM_EVERY_S):
-        try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-                conn.execute(f"VACUUM {', '.join(CATALOGS)}")
-        except psycopg.Error:
-            continue
+        with contextlib.suppress(psycopg.Error):
+            vacuum(full=False)
 
 
 def run_mutmut(prefixes: list[str], jobs: int, keep: bool) -> None:
