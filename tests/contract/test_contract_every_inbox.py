@@ -21,7 +21,7 @@ from agentbox.location import open_inboxes
 from agentbox.rules.timers import TimerSpec
 from support.clock import T0, TTL
 from support.fixtures import Opener
-from support.store import POLICY
+from support.store import POLICY, break_inbox
 
 PATIENCE = 30.0  # seconds: a wait that should end at once may take this long on a busy machine
 
@@ -142,3 +142,27 @@ def test_the_waiter_sleeps_through_writes_made_through_its_own_stores(
         assert time.monotonic() - began >= 0.45
     finally:
         waiter.close()
+
+
+def test_an_inbox_that_cannot_be_read_is_left_out_and_named_once(
+        inboxes: Inboxes, open_inbox: Opener, place: str) -> None:
+    alice = open_inbox("alice")
+    alice.ingest("chat", "m1", "{}", T0)
+    alice.close()
+    break_inbox(place, "alice")
+    assert "alice" not in inboxes.next_work(T0, ["alice"])
+    failed = inboxes.failures()
+    assert list(failed) == ["alice"] and failed["alice"]  # why, for the pool to log
+    assert inboxes.failures() == {}  # each failure is told once
+    assert "alice" not in inboxes.next_work(T0, ["alice"])
+    assert list(inboxes.failures()) == ["alice"]  # and again at the next failed look
+
+
+def test_closing_closes_every_store_it_handed_out(
+        inboxes: Inboxes, open_inbox: Opener) -> None:
+    open_inbox("alice").ingest("chat", "m1", "{}", T0)
+    alice = inboxes.store("alice")
+    assert alice.status().events["pending"] == 1
+    inboxes.close()
+    with pytest.raises(DatabaseError):
+        alice.status()

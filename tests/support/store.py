@@ -172,6 +172,29 @@ def users_at(place: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.sqlite3")) if folder.is_dir() else []
 
 
+def break_inbox(place: str, user: str) -> None:
+    """Leave ``user``'s inbox at ``place`` unreadable, as damage would: its file
+    overwritten with junk, or on PostgreSQL the schema's events table gone (every
+    inbox of the schema with it). Every store of it must be closed first."""
+    from pathlib import Path
+
+    from agentbox.location import is_url
+
+    if is_url(place):
+        import psycopg
+
+        from agentbox.backends.postgres.url import parse
+
+        target = parse(place)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{target.schema}".events RENAME TO events_gone')
+        return
+    path = Path(place) / f"{user}.sqlite3"
+    for side in ("-wal", "-shm"):
+        Path(f"{path}{side}").unlink(missing_ok=True)
+    path.write_bytes(b"not an inbox\n" * 512)
+
+
 def place_snapshot(place: str) -> object:
     """All there is at ``place``: its files (name, mode and digest of each), or every row
     of its schema (None while there is none). Equal snapshots mean nothing changed."""
