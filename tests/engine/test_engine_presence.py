@@ -1,0 +1,75 @@
+"""Who has an SQLite inbox open: the shared lock every open store holds on a file beside
+the inbox, and the exclusive one a restore takes, tried from threads of one process as
+from two processes (``flock`` locks belong to the open file, not the process)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentbox.backends.sqlite import presence
+from agentbox.errors import Busy
+from agentbox.ledger.store import Store
+from support.fixtures import Opener
+
+pytestmark = pytest.mark.sqlite_file
+
+
+def test_the_lock_file_is_hidden_beside_the_inbox_and_private(store: Store) -> None:
+    folder, name = os.path.split(store.location)
+    assert presence.lock_path(store.location) == os.path.join(folder, f".{name}.lock")
+    mode = os.stat(presence.lock_path(store.location)).st_mode
+    assert stat.S_IMODE(mode) == 0o600
+
+
+def test_an_open_store_keeps_a_restore_out_until_it_closes(
+        store: Store, open_inbox: Opener) -> None:
+    twin = open_inbox()
+    with pytest.raises(Busy, match="an agentbox process works on this inbox") as refused:
+        presence.take_alone(store.location)
+    assert store.location in str(refused.value)
+    store.close()
+    with pytest.raises(Busy):  # the twin still has it open
+        presence.take_alone(store.location)
+    twin.close()
+    alone = presence.take_alone(store.location)
+    presence.release(alone)
+    presence.release(presence.take_alone(store.location))  # released: to be had again
+
+
+def test_an_opener_waits_for_a_restore_and_gives_up_after_its_wait(tmp_path: Path) -> None:
+    location = str(tmp_path / "alice.sqlite3")
+    alone = presence.take_alone(location)
+    try:
+        began = time.monotonic()
+        with pytest.raises(Busy, match="a restore is replacing the inbox; try again"):
+            presence.hold(location, 0.3)
+        assert 0.3 <= time.monotonic() - began < 5
+    finally:
+        presence.release(alone)
+    held = presence.hold(location, 0.3)
+    assert held is not None
+    presence.release(held)
+
+
+def test_an_opener_goes_on_once_the_restore_lets_go(tmp_path: Path) -> None:
+    location = str(tmp_path / "alice.sqlite3")
+    alone = presence.take_alone(location)
+    threading.Timer(0.2, presence.release, (alone,)).start()
+    began = time.monotonic()
+    held = presence.hold(location, 30)
+    waited = time.monotonic() - began
+    assert held is not None and 0.15 <= waited < 10
+    with pytest.raises(Busy):
+        presence.take_alone(location)  # the opener holds it now
+    presence.release(held)
+
+
+def test_no_lock_file_can_be_made_where_the_folder_is_gone(tmp_path: Path) -> None:
+    assert presence.hold(str(tmp_path / "gone" / "alice.sqlite3"), 0.1) is None
+    presence.release(None)  # nothing held, nothing to let go
