@@ -108,6 +108,7 @@ def vacuum_catalogs(stop: threading.Event) -> None:
 def run_mutmut(prefixes: list[str], jobs: int, keep: bool) -> None:
     if not keep:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    LOADING.unlink(missing_ok=True)  # what changed since is tested again
     (ROOT / "mutants").mkdir(exist_ok=True)
     log = ROOT / "mutants" / "mutmut.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -127,12 +128,84 @@ def run_mutmut(prefixes: list[str], jobs: int, keep: bool) -> None:
         sys.exit(f"mutmut failed (exit {done.returncode}); see {log}")
 
 
+# -- code run as its module loads ------------------------------------------------
+#
+# mutmut tests each mutant in a process forked from one that has imported the code
+# already, so a mutant of a function only called while its module loads (the schema's
+# generated statements, say) is never active: it would survive whatever the tests.
+# Each such survivor is tested again in a fresh process that imports the code with the
+# mutant active, over the in-process suites that reach the schema.
+
+LOADING = ROOT / "mutants" / "import-time.json"
+LOADING_SUITES = ("tests/contract", "tests/engine")
+LOADING_TIMEOUT_S = 900
+
+
+def loading_tests() -> list[str]:
+    """mutmut's own selection (pyproject.toml), narrowed to the suites that reach the
+    schema, with its exclusions."""
+    chosen = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"][
+        "pytest_add_cli_args_test_selection"]
+    return [a for a in chosen if a.startswith("-") or a.startswith(LOADING_SUITES)]
+
+
+def fresh_pytest(mutant: str | None) -> int | None:
+    """The exit code of the loading suites in a fresh process with ``mutant`` active
+    (None: the code as it is); None after the timeout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
+    env["PYTHONPATH"] = str(ROOT / "mutants" / "src")  # before the installed copy
+    if mutant is not None:
+        env["MUTANT_UNDER_TEST"] = mutant
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly",
+             "-p", "no:cacheprovider", *loading_tests()],
+            cwd=ROOT / "mutants", env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, timeout=LOADING_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def called_as_loading(module: str) -> set[str]:
+    """The functions of ``module`` that its own top-level statements call."""
+    import ast
+
+    tree = ast.parse(source_file(module).read_text())
+    called: set[str] = set()
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        called |= {node.func.id for node in ast.walk(statement)
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    return called
+
+
+def recheck_loading(mutants: list[Mutant]) -> None:
+    """Test again, each in a fresh process, the survivors of functions run as their
+    module loads; what each did is kept in mutants/import-time.json."""
+    done: dict[str, str] = json.loads(LOADING.read_text()) if LOADING.exists() else {}
+    loading = {m: called_as_loading(m) for m in {x.module for x in mutants}}
+    todo = [m for m in mutants if m.status in UNKILLED and m.function in loading[m.module]
+            and m.name not in done]
+    if todo and fresh_pytest(None) != 0:
+        sys.exit("the loading suites fail without any mutant: fix them first "
+                 f"({' '.join(loading_tests())}, run in mutants/)")
+    for n, mutant in enumerate(todo, 1):
+        print(f"run as its module loads ({n}/{len(todo)}): {mutant.name}", flush=True)
+        code = fresh_pytest(mutant.name)
+        # pytest: 1 a test failed, 2 collection failed (the mutant broke an import)
+        done[mutant.name] = ("timeout" if code is None else "killed" if code in (1, 2)
+                             else "survived" if code == 0 else "other")
+        LOADING.write_text(json.dumps(done, indent=1))
+
+
 def results(prefixes: list[str]) -> list[Mutant]:
     found = []
+    loaded: dict[str, str] = json.loads(LOADING.read_text()) if LOADING.exists() else {}
     for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         for name, code in codes.items():
-            mutant = parse_name(name, STATUS.get(code, "other"))
+            mutant = parse_name(name, loaded.get(name) or STATUS.get(code, "other"))
             if any(mutant.module == p or mutant.module.startswith(p + ".") for p in prefixes):
                 found.append(mutant)
     if not found:
@@ -283,6 +356,7 @@ def main() -> int:
     prefixes = targets(args.target)
     if not args.report:
         run_mutmut(prefixes, args.jobs, args.keep)
+        recheck_loading(results(prefixes))
     return report(results(prefixes), not args.quiet)
 
 
