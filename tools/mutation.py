@@ -6,6 +6,7 @@
     python tools/mutation.py sqlite postgres     # the engines
     python tools/mutation.py rules.timers        # one module
     python tools/mutation.py --report rules      # score the last run again, running nothing
+    python tools/mutation.py --survivors sqlite  # test again what the last run left alive
 
 mutmut (``pip install -e '.[mutation]'``) copies src/ into ./mutants, changes
 one thing at a time in the chosen modules and runs the in-process tests that
@@ -105,22 +106,21 @@ def vacuum_catalogs(stop: threading.Event) -> None:
             vacuum(full=False)
 
 
-def run_mutmut(prefixes: list[str], jobs: int, keep: bool) -> None:
+def run_mutmut(patterns: list[str], jobs: int, keep: bool) -> None:
     if not keep:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
-    LOADING.unlink(missing_ok=True)  # what changed since is tested again
     (ROOT / "mutants").mkdir(exist_ok=True)
     log = ROOT / "mutants" / "mutmut.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    print(f"mutmut over {', '.join(prefixes)} with {jobs} worker(s); its output: {log}",
-          flush=True)
+    shown = ", ".join(patterns) if len(patterns) < 10 else f"{len(patterns)} mutants"
+    print(f"mutmut over {shown} with {jobs} worker(s); its output: {log}", flush=True)
     stop = threading.Event()
     vacuum = threading.Thread(target=vacuum_catalogs, args=(stop,), daemon=True)
     vacuum.start()
     try:
         with log.open("w") as out:
             done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                                   str(jobs), *(f"{p}.*" for p in prefixes)],
+                                   str(jobs), *patterns],
                                   cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     finally:
         stop.set()
@@ -350,12 +350,21 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (2)")
     parser.add_argument("--keep", action="store_true",
                         help="reuse mutants/ from an earlier run instead of starting afresh")
+    parser.add_argument("--survivors", action="store_true",
+                        help="test again only the mutants of the last run not killed "
+                             "(after tests were added), keeping the rest of its results")
     parser.add_argument("--quiet", action="store_true",
                         help="the scores only, not the surviving mutants' changes")
     args = parser.parse_args()
     prefixes = targets(args.target)
-    if not args.report:
-        run_mutmut(prefixes, args.jobs, args.keep)
+    if args.survivors:
+        left = [m.name for m in results(prefixes) if m.status in UNKILLED]
+        if left:
+            run_mutmut(left, args.jobs, keep=True)
+            recheck_loading(results(prefixes))
+    elif not args.report:
+        LOADING.unlink(missing_ok=True)  # code that changed since is tested again
+        run_mutmut([f"{p}.*" for p in prefixes], args.jobs, args.keep)
         recheck_loading(results(prefixes))
     return report(results(prefixes), not args.quiet)
 
