@@ -300,6 +300,9 @@ def _split(script: str) -> Iterator[str]:
 def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
     """One ``BEGIN IMMEDIATE`` transaction: COMMIT on success, ROLLBACK on any error.
 
+    Its errors are SQLite's own: the caller knows which inbox it writes, and says so
+    as it translates them (a failed write names the inbox, as a failed read does).
+
     ``durable=False`` commits without waiting for the disk (``synchronous=NORMAL``
     for this transaction alone): still atomic and consistent, and carried to disk
     by the next durable commit, but lost if the machine goes down first. Only
@@ -309,10 +312,7 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
     if level is not None and level > 1:  # FULL or EXTRA: relax it for this commit
         conn.execute("PRAGMA synchronous=NORMAL")
     try:
-        try:
-            take_write_lock(conn, "BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise translate(exc) from None
+        take_write_lock(conn, "BEGIN IMMEDIATE")
         try:
             yield conn
         except BaseException:
@@ -321,10 +321,10 @@ def write(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Co
             raise
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except sqlite3.Error:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            raise translate(exc) from None
+            raise
     finally:
         if level is not None and level > 1:
             conn.execute(f"PRAGMA synchronous={level}")
