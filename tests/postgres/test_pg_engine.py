@@ -1,0 +1,144 @@
+"""The PostgreSQL engine's own duties: long reads streamed in chunks from the server, its
+errors in agentbox's words, tallies rebuilt after a copy, and a shared connection left
+open by the inboxes served on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentbox.backends.postgres.url import parse
+from agentbox.errors import Busy, DatabaseError
+from agentbox.ledger.store import Store
+from agentbox.location import open_inboxes, open_store
+from agentbox.upkeep import backup
+from support.clock import T0
+from support.fixtures import Opener
+from support.store import run, say
+
+pytestmark = pytest.mark.postgres_only
+
+LOCK_TIMEOUT_S = 0.1  # a blocked statement gives up at once, not after the default 30 s
+GAVE_UP = "database stayed busy (canceling statement due to lock timeout); try again"
+
+
+@contextmanager
+def own_session(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A session of the test's own in the schema ``url`` names, in one transaction
+    committed when the block ends."""
+    target = parse(url)
+    with psycopg.connect(target.conninfo) as conn:
+        conn.execute(f'SET search_path = "{target.schema}"')
+        yield conn
+
+
+@contextmanager
+def table_locked(url: str, table: str) -> Iterator[None]:
+    """``table`` held by another session, as a migration or VACUUM FULL holds it:
+    nobody else reads or writes it until the block ends."""
+    with own_session(url) as conn:
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
+@pytest.fixture
+def impatient(pg_url: str) -> Iterator[Store]:
+    """Alice's inbox opened with a lock timeout short enough for a test to wait out."""
+    with open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S) as opened:
+        yield opened
+
+
+def ingest_numbered(store: Store, count: int) -> None:
+    store.ingest_many([("hook", str(n), "{}") for n in range(count)], T0)
+
+
+def test_a_long_read_comes_in_chunks_of_the_size_asked(store: Store) -> None:
+    """A backup holds one chunk of rows in memory at a time: the size is a bound."""
+    ingest_numbered(store, 7)
+    with store.engine.snapshot(store._made()) as reader:
+        chunks = [[row[0] for row in chunk] for chunk in reader.chunks(
+            "SELECT source_id FROM events WHERE inbox_id = :box ORDER BY id", 3)]
+    assert chunks == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+
+
+def test_a_long_read_streams_from_the_server_and_its_failure_is_translated(
+        store: Store) -> None:
+    """The rows come from a cursor on the server, a chunk per fetch: those before a
+    failing row arrive before its error (a read fetched whole would fail at once), and
+    the error names the inbox in agentbox's words."""
+    arrived: list[list[int]] = []
+    with pytest.raises(DatabaseError) as failed, store.engine.snapshot(store._made()) as reader:
+        for chunk in reader.chunks("SELECT 10 / (5 - n) FROM generate_series(1, 7) n", 2):
+            arrived.append([row[0] for row in chunk])
+    assert arrived == [[2, 3], [5, 10]]
+    assert str(failed.value) == f"{store.location}: database error: division by zero"
+
+
+def test_a_backup_that_cannot_read_a_table_in_time_is_busy_and_writes_nothing(
+        impatient: Store, pg_url: str, tmp_path: Path) -> None:
+    """A table held by another session stops the backup's chunked read of it after the
+    lock timeout: Busy (try again), naming the inbox, and no half-written copy."""
+    ingest_numbered(impatient, 3)
+    dest = tmp_path / "copy.sqlite3"
+    with table_locked(pg_url, "history"), pytest.raises(Busy) as gave_up:
+        backup(impatient, str(dest))
+    assert str(gave_up.value) == f"{impatient.location}: {GAVE_UP}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_that_cannot_store_in_time_is_busy_and_stores_nothing(
+        impatient: Store, pg_url: str) -> None:
+    """The batch's one statement, kept from the events table past the lock timeout, is
+    Busy naming the inbox; the batch is all or nothing."""
+    ingest_numbered(impatient, 1)
+    with table_locked(pg_url, "events"), pytest.raises(Busy) as gave_up:
+        impatient.ingest_many([("hook", "late", "{}"), ("hook", "later", "{}")], T0)
+    assert str(gave_up.value) == f"{impatient.location}: {GAVE_UP}"
+    assert [e.source_id for e in impatient.events(limit=10)] == ["0"]
+
+
+def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
+    """The tallies the statements keep can be set again from the rows themselves (what
+    a copy needs, its rows written past those statements): every state of every table."""
+    ingest_numbered(store, 3)
+    run(store, "agent", T0 + 10)
+    say(store, T0 + 11, "hello")
+    store.ingest("hook", "late", "{}", T0 + 12)
+    truth = store.status()
+    assert (truth.events["done"], truth.events["pending"], sum(truth.outbox.values())) == (
+        3, 1, 1)
+    with own_session(pg_url) as conn:
+        conn.execute("UPDATE state_counts SET n = n + 5")
+    assert store.status() != truth
+    with store._write() as tx:
+        store.engine.recount(tx)
+    assert store.status() == truth
+
+
+def test_closing_an_inbox_served_on_a_shared_connection_leaves_it_open(
+        open_inbox: Opener, pg_url: str) -> None:
+    """A pool serves every inbox of a schema on one connection: an inbox it closes must
+    not close that connection under the others."""
+    for user in ("alice", "bob"):
+        open_inbox(user).ingest("hook", user, "{}", T0)
+    inboxes = open_inboxes(pg_url)
+    try:
+        inboxes.store("alice").close()
+        assert inboxes.store("bob").status().events["pending"] == 1
+        assert inboxes.users() == ["alice", "bob"]
+    finally:
+        inboxes.close()
+
+
+def test_a_transaction_of_another_engine_is_refused_by_name(
+        store: Store, tmp_path: Path) -> None:
+    """Handing the engine a transaction it did not open is a programming error that
+    says what went wrong, not an AttributeError deep inside."""
+    with open_store(tmp_path / "other.sqlite3", "alice") as other, other._write() as tx, \
+            pytest.raises(AssertionError, match=r"^a transaction of another engine$"):
+        store.engine.store_events(tx, [("hook", "1", "{}")], T0)
