@@ -204,8 +204,10 @@ class SqliteEngine:
         return BOX
 
     def reader(self, box: int) -> _Reader:
-        conn = self.current()
-        return self._reader if box == BOX else _Reader(conn, box, self.location)
+        """The file's one inbox: :meth:`inbox` names no other, so ``box`` is always BOX
+        (the file at the inbox's path now: a replaced file is reopened first)."""
+        self.current()
+        return self._reader
 
     def glance(self, box: int) -> _Glance:
         """A read costs no round trip here, and takes no lock in WAL mode (of the file at
