@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
 
 from agentbox.errors import UsageError
 
@@ -24,6 +24,14 @@ class Target:
     conninfo: str  # for libpq: the URL without agentbox's own parameter
     schema: str
     location: str  # the URL without its password, for people and `status`
+
+
+def _join(parts: SplitResult, netloc: str, query: list[tuple[str, str]]) -> str:
+    """The URL again, with ``netloc`` and ``query`` instead of its own. Not
+    ``urlunsplit``: it drops the ``//`` of an empty host (``postgresql:///inbox?host=
+    /run/postgresql``, libpq's form for a Unix socket), which libpq then refuses."""
+    shown = urlencode(query, quote_via=quote)
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{shown}" if shown else "")
 
 
 def parse(url: str) -> Target:
@@ -43,11 +51,8 @@ def parse(url: str) -> Target:
     kept = [(k, v) for k, v in query if k != SCHEMA_PARAM]
     userinfo, at, hosts = parts.netloc.rpartition("@")
     user = userinfo.partition(":")[0]
-    shown_query = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
-    location = urlunsplit((parts.scheme, f"{user}{at}{hosts}", parts.path, shown_query, ""))
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
-                           urlencode(kept, quote_via=quote), ""))
-    return Target(conninfo, schema, location)
+    location = _join(parts, f"{user}{at}{hosts}", [(k, v) for k, v in query if k != "password"])
+    return Target(_join(parts, parts.netloc, kept), schema, location)
 
 
 def with_schema(url: str, schema: str) -> str:
@@ -55,5 +60,4 @@ def with_schema(url: str, schema: str) -> str:
     parts = urlsplit(url)
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
              if k != SCHEMA_PARAM] + [(SCHEMA_PARAM, schema)]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path,
-                       urlencode(query, quote_via=quote), ""))
+    return _join(parts, parts.netloc, query)
