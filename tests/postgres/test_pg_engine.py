@@ -4,53 +4,20 @@ open by the inboxes served on it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
-from agentbox.backends.postgres.url import parse
 from agentbox.errors import Busy, DatabaseError
 from agentbox.ledger.store import Store
 from agentbox.location import open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
+from support.postgres import GAVE_UP, own_session, table_locked
 from support.store import run, say
 
 pytestmark = pytest.mark.postgres_only
-
-LOCK_TIMEOUT_S = 0.1  # a blocked statement gives up at once, not after the default 30 s
-GAVE_UP = "database stayed busy (canceling statement due to lock timeout); try again"
-
-
-@contextmanager
-def own_session(url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A session of the test's own in the schema ``url`` names, in one transaction
-    committed when the block ends."""
-    target = parse(url)
-    with psycopg.connect(target.conninfo) as conn:
-        conn.execute(f'SET search_path = "{target.schema}"')
-        yield conn
-
-
-@contextmanager
-def table_locked(url: str, table: str) -> Iterator[None]:
-    """``table`` held by another session, as a migration or VACUUM FULL holds it:
-    nobody else reads or writes it until the block ends."""
-    with own_session(url) as conn:
-        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        yield
-
-
-@pytest.fixture
-def impatient(pg_url: str) -> Iterator[Store]:
-    """Alice's inbox opened with a lock timeout short enough for a test to wait out."""
-    with open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S) as opened:
-        yield opened
 
 
 def ingest_numbered(store: Store, count: int) -> None:

@@ -5,10 +5,7 @@ schema as it was found (no half-made tables, no version recorded)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
-import psycopg
 import pytest
 
 from agentbox.backends.postgres import db, schema
@@ -24,20 +21,6 @@ def versions(url: str) -> list[int]:
     rows = schema_rows(url)
     assert rows is not None
     return sorted(json.loads(row)["version"] for row in rows["migrations"])
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every message a connection sends while migrating."""
-    messages: list[str] = []
-    execute = psycopg.Connection.execute
-
-    def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        messages.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", counted)
-    yield messages
 
 
 def test_a_new_schema_gets_every_table_in_one_message(pg_url: str, sent: list[str]) -> None:

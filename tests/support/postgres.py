@@ -15,16 +15,20 @@ import itertools
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    import psycopg
+
     from agentbox.ledger.store import Store
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 SKIPPED = "PostgreSQL tests skipped"  # every skip reason starts so
 SKIPPED_AT = "tests/support/postgres.py"  # where the summary shows them, folded into one line
+LOCK_TIMEOUT_S = 0.1  # a blocked statement gives up at once, not after the default 30 s
+GAVE_UP = "database stayed busy (canceling statement due to lock timeout); try again"
 
 
 def configured_url() -> str:
@@ -154,3 +158,26 @@ def schema_rows(url: str) -> dict[str, object] | None:
         return {table: sorted(str(r[0]) for r in conn.execute(
                     f'SELECT row_to_json(t)::text FROM "{target.schema}"."{table}" t'))
                 for table in tables}
+
+
+@contextmanager
+def own_session(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A session of the test's own in the schema ``url`` names, in one transaction
+    committed when the block ends."""
+    import psycopg
+
+    from agentbox.backends.postgres.url import parse
+
+    target = parse(url)
+    with psycopg.connect(target.conninfo) as conn:
+        conn.execute(f'SET search_path = "{target.schema}"')
+        yield conn
+
+
+@contextmanager
+def table_locked(url: str, table: str) -> Iterator[None]:
+    """``table`` held by another session, as a migration or VACUUM FULL holds it:
+    nobody else reads or writes it until the block ends."""
+    with own_session(url) as conn:
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        yield
