@@ -241,9 +241,7 @@ class Tx:
         before them (each statement, under READ COMMITTED, sees what those before it
         did: a lock the first one took holds for the next)."""
         skip = len(self._queued)
-        cursor = self.conn.execute(";\n".join(
-            [*self._queued, *(self._bind.mogrify(q, p) for q, p in queries)]))
-        self._queued.clear()
+        cursor = self.conn.execute(self._batch(*(self._bind.mogrify(q, p) for q, p in queries)))
         found = []
         for n in range(skip + len(queries)):
             if n:
@@ -271,8 +269,10 @@ class Tx:
         """``query`` with its parameters written in, as the server will read it."""
         return self._bind.mogrify(query, params)
 
-    def _batch(self, last: str) -> str:
-        batch = ";\n".join([*self._queued, last])
+    def _batch(self, *last: str) -> str:
+        """The queued statements and ``last`` as one message, the queue emptied before it
+        is sent: whether or not the message succeeds, what was queued has gone out."""
+        batch = ";\n".join([*self._queued, *last])
         self._queued.clear()
         return batch
 
@@ -281,9 +281,8 @@ class Tx:
             self.conn.execute(self._batch("COMMIT"))
 
     def rollback(self) -> None:
-        if self._queued[:1] == ["BEGIN"]:  # nothing was sent: nothing to undo
-            self._queued.clear()
-            return
+        """Undo what reached the server, if anything did: the session's own status
+        says so (no round trip), whatever message failed on the way."""
         self._queued.clear()
         if not self.conn.closed and self.conn.info.transaction_status != IDLE:
             self.conn.execute("ROLLBACK")
