@@ -15,8 +15,8 @@ from agentbox.ledger.store import Store
 from agentbox.location import open_store
 from agentbox.rules.outbox import Dispatch
 from agentbox.upkeep import RestoreReport, backup, restore
-from support.clock import T0
-from support.store import say
+from support.clock import T0, TTL
+from support.store import POLICY, say
 
 
 @contextmanager
@@ -72,3 +72,25 @@ def test_after_a_restore_old_events_keep_their_keys_and_new_ones_take_the_epoch_
             assert newer.event_keys([first, new, latest]) == {
                 first: kept[first], new: f"{prefix}-event-{new}",
                 latest: f"{second.key_prefix}-event-{latest}"}
+
+
+def test_a_claim_hands_each_event_s_key_of_its_epoch_and_the_state_as_it_stands(
+        backend: Store, tmp_path: Path) -> None:
+    """What a handler is handed beside its events is read under the claim's lock: the
+    key each event keeps (its epoch's, after a restore) and the state's newest version."""
+    first = backend.ingest("chat", "a", "{}", T0).id
+    kept = backend.event_keys([first])
+    with restored(backend, tmp_path / "one", T0 + 5) as (store, report):
+        new = store.ingest("chat", "b", "{}", T0 + 6).id
+        generation = store.acquire("W", T0 + 6, TTL)
+        assert generation is not None
+        assert store.set_state("W", generation, T0 + 6, {"seen": 1}, POLICY) == 1
+        claimed = store.claim("W", generation, T0 + 7, POLICY)
+        assert claimed is not None and [e.id for e in claimed] == [first, new]
+        assert claimed.keys == {first: kept[first],
+                                new: f"{report.key_prefix}-event-{new}"}
+        assert claimed.state == store.state() and claimed.state.version == 1
+        assert claimed.state.value() == {"seen": 1}
+        empty = store.claim("W", generation, T0 + 8, POLICY)
+        assert empty == [] and empty is not None
+        assert (empty.keys, empty.state) == ({}, claimed.state)

@@ -9,14 +9,14 @@ stands once the lock is held.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agentbox.rules.records import Lease
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Engine, Reader, Row, Tx
+    from agentbox.ledger.engine import Engine, Params, Reader, Row, Tx
 
 LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
 NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
@@ -24,6 +24,21 @@ NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
 KEY_PREFIX = """SELECT COALESCE((SELECT prefix FROM epochs WHERE inbox_id = :box
                                  ORDER BY epoch DESC LIMIT 1), instance)
                 FROM inboxes WHERE id = :box"""
+# The key prefix of each epoch and its first event id, the newest first: one per
+# restore, then the inbox's own instance id from event 1 (see Core.event_keys).
+EPOCHS = """SELECT prefix, first_event FROM (
+                SELECT prefix, first_event, epoch FROM epochs WHERE inbox_id = :box
+                UNION ALL SELECT instance, 1, 0 FROM inboxes WHERE id = :box) AS known
+            ORDER BY epoch DESC"""
+
+
+def keys_of(epochs: Sequence[Row], ids: Iterable[int]) -> dict[int, str]:
+    """The idempotency key of each event of ``ids``, from the rows :data:`EPOCHS` read:
+    its epoch's prefix, ``-event-``, its id."""
+    from agentbox.rules.keys import idempotency_key
+
+    return {i: idempotency_key(next(str(p) for p, first in epochs if i >= int(first)), i)
+            for i in ids}
 
 
 def lease_of(row: tuple[Any, ...] | None) -> Lease | None:
@@ -79,12 +94,12 @@ class Core:
             yield tx, lease_of(tx.one(self._lock_read()))
 
     @contextmanager
-    def _locked_reading(self, sql: str, /,
-                        **params: Any) -> Iterator[tuple[Tx, Lease | None, list[Row]]]:
-        """:meth:`_locked`, and the rows of a read made under the lock, sent with the
-        statement that takes it (one round trip for both where the engine can)."""
+    def _locked_reading(self, *queries: tuple[str, Params]
+                        ) -> Iterator[tuple[Tx, Lease | None, list[list[Row]]]]:
+        """:meth:`_locked`, and the rows of each of ``queries`` read under the lock, sent
+        with the statement that takes it (one round trip for all where the engine can)."""
         with self._write() as tx:
-            lease, rows = tx.reads((self._lock_read(), {}), (sql, params))
+            lease, *rows = tx.reads((self._lock_read(), {}), *queries)
             yield tx, lease_of(lease[0] if lease else None), rows
 
     def _lock_read(self) -> str:
@@ -104,14 +119,6 @@ class Core:
             self._instance = str(row[0])
         return self._instance
 
-    def _epochs(self) -> list[tuple[str, int]]:
-        """(key prefix, first event id) of each epoch, the newest first: the inbox's
-        own instance id from event 1, then one epoch per restore (see ``restore``)."""
-        reader = self._read()
-        rows = reader.rows("SELECT prefix, first_event FROM epochs WHERE inbox_id = :box "
-                           "ORDER BY epoch DESC")
-        return [(str(p), int(f)) for p, f in rows] + [(self.instance_id(), 1)]
-
     def key_prefix(self) -> str:
         """What every key made now starts with (events, dispatches, and whatever else
         builds a key on the inbox): the instance id, and after a restore the prefix of
@@ -124,12 +131,9 @@ class Core:
 
     def event_keys(self, ids: Sequence[int]) -> dict[int, str]:
         """The idempotency key of each event: its epoch's prefix, ``-event-``, its id.
-        An event keeps its key for good; a restore changes only the keys to come."""
-        from agentbox.rules.keys import idempotency_key
-
-        epochs = self._epochs()
-        return {i: idempotency_key(next(p for p, first in epochs if i >= first), i)
-                for i in ids}
+        An event keeps its key for good; a restore changes only the keys to come (each
+        restore begins an epoch: see ``restore``)."""
+        return keys_of(self._read().rows(EPOCHS), ids)
 
     def lease(self) -> Lease | None:
         """The lease as it stands (it may have expired)."""

@@ -12,8 +12,9 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
-from agentbox.ledger.core import LEASE_COLUMNS, Core, among, lease_of
+from agentbox.ledger.core import EPOCHS, LEASE_COLUMNS, Core, among, keys_of, lease_of
 from agentbox.ledger.inbox import COLUMNS, event_of
+from agentbox.ledger.state import CURRENT, current_of
 from agentbox.rules.lease import holds
 from agentbox.rules.records import Event, Lease
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from agentbox.ledger.engine import Reader, Row, Tx
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
+    from agentbox.rules.state import Version
 
 # agentbox.rules.inbox, where what a run claims and what a failure leads to is
 # decided, is imported where it is applied: an ingest loads this part too.
@@ -140,23 +142,36 @@ def next_work_of(reader: Reader, boxes: Collection[int], now: int) -> dict[int, 
     return found
 
 
+class Claimed(list[Event]):
+    """A run's batch as claimed, its events oldest first, with what its handler is
+    handed beside them, read under the claim's lock: each event's idempotency key
+    (``keys``, by id) and the agent's state (``state``)."""
+
+    def __init__(self, events: Sequence[Event], keys: dict[int, str], state: Version) -> None:
+        super().__init__(events)
+        self.keys = keys
+        self.state = state
+
+
 class Runs(Core):
     """A run's claim and its outcome, each one fenced transaction."""
 
     def claim(self, holder: str, generation: int, now: int,
-              policy: Policy) -> list[Event] | None:
+              policy: Policy) -> Claimed | None:
         """Claim one run's batch behind the fence; None when the lease is not ours.
 
         Events abandoned by an older generation go back to pending, those out of
         attempts go dead, then a retried event alone or up to ``max_batch``
         fresh ones are claimed, each attempt counted now. What the rules need is
-        read once; only after requeueing or burying is it read again.
+        read once, with the keys' epochs and the state, in the message that takes
+        the lock; only after requeueing or burying are the candidates read again.
         """
         from agentbox.rules import inbox as rules
 
         params: dict[str, Any] = {"gen": generation, "now": now, "max": policy.max_attempts,
                                   "batch": policy.max_batch}
-        with self._locked_reading(_CANDIDATES, **params) as (tx, lease, rows):
+        with self._locked_reading((_CANDIDATES, params), (EPOCHS, {}), (CURRENT, {})) as (
+                tx, lease, (rows, epochs, state)):
             if not holds(lease, holder, generation, now):
                 return None
             tx.run("UPDATE inboxes SET last_run = :now WHERE id = :box", now=now)
@@ -170,7 +185,7 @@ class Runs(Core):
             retry = found["retry"][0][0] if found["retry"] else None
             ids = rules.batch(retry, [i for i, *_ in found["fresh"]], policy)
             if not ids:
-                return []
+                return Claimed([], {}, current_of(state))
             # Each attempt is the one counted now, from the attempts read under the lock:
             # its story is written first, so that the claim itself goes with the COMMIT.
             attempts = {i: a for i, a, *_ in found["retry"] + found["fresh"]}
@@ -182,7 +197,8 @@ class Runs(Core):
                         claim_gen = :gen, updated_at = :now
                     WHERE inbox_id = :box AND id IN {chosen} RETURNING {COLUMNS}""",
                 gen=generation, now=now, **marks)
-            return sorted((event_of(row) for row in claimed), key=lambda e: e.id)
+            return Claimed(sorted((event_of(row) for row in claimed), key=lambda e: e.id),
+                           keys_of(epochs, ids), current_of(state))
 
     def finish(self, holder: str, generation: int, now: int, ids: Sequence[int],
                answer: Answer | None = None, policy: Policy | None = None) -> bool:

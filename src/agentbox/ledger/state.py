@@ -9,13 +9,14 @@ to the newest row.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
 from agentbox.ledger.core import Core
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Reader, Tx
+    from agentbox.ledger.engine import Reader, Row, Tx
     from agentbox.rules.policy import Policy
     from agentbox.rules.state import Change, Version
 
@@ -30,13 +31,22 @@ def _version(row: tuple[Any, ...]) -> Version:
                    None if generation is None else int(generation), str(author))
 
 
-def current_in(reader: Reader | Tx) -> Version:
-    """The state as it stands (version 0, ``{}``, before anything wrote one)."""
+# The newest version: the state as it stands.
+CURRENT = f"""SELECT {_COLUMNS} FROM state_versions WHERE inbox_id = :box
+              ORDER BY version DESC LIMIT 1"""
+
+
+def current_of(rows: Sequence[Row]) -> Version:
+    """The state from the rows :data:`CURRENT` read (version 0, ``{}``, before anything
+    wrote one)."""
     from agentbox.rules.state import INITIAL
 
-    row = reader.one(f"""SELECT {_COLUMNS} FROM state_versions WHERE inbox_id = :box
-                         ORDER BY version DESC LIMIT 1""")
-    return INITIAL if row is None else _version(row)
+    return _version(rows[0]) if rows else INITIAL
+
+
+def current_in(reader: Reader | Tx) -> Version:
+    """The state as it stands."""
+    return current_of(reader.rows(CURRENT))
 
 
 def write_in(tx: Tx, text: str, now: int, generation: int | None, author: str,
