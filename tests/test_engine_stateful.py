@@ -266,6 +266,7 @@ class EngineMachine(RuleBasedStateMachine):
         got = self.store.claim(w.holder, gen, self.now, p)
         assert got is not None
         assert [e.id for e in got] == expected
+        assert got.keys == self.store.event_keys(expected) and got.state == self.store.state()
         assert not set(expected) & self.ever_done, "a done event was claimed again"
         for i in expected:
             row = self.rows[i]
@@ -348,6 +349,15 @@ class EngineMachine(RuleBasedStateMachine):
         before = self.dump()
         assert self.store.gate(self.now, (self.now, self.now + 86_400), self.policy) == (
             breaker.in_force(self.pause, self.now))
+        assert self.dump() == before
+
+    @rule()
+    def ready(self) -> None:
+        """What a watching run asks before it claims, in one read: no timer here is due,
+        so it fires nothing, and its pause is the gate's."""
+        before = self.dump()
+        assert self.store.ready(self.now, (self.now, self.now + 86_400), self.policy) == (
+            0, breaker.in_force(self.pause, self.now))
         assert self.dump() == before
 
     @rule()

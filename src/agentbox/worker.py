@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from datetime import tzinfo
 
     from agentbox.ledger.engine import Waiter
+    from agentbox.ledger.runs import Claimed
     from agentbox.upkeep import PruneReport
 
 MAX_RUNS = 1000  # --until-empty stops here even if work keeps arriving
@@ -298,10 +299,19 @@ class Worker:
             with contextlib.suppress(AgentboxError):
                 self.store.release(self.holder, generation, self.clock())
 
-    def work(self, generation: int, fired: int = 0) -> RunReport:
+    def work(self, generation: int, fired: int | None = None) -> RunReport:
         """Claim one batch under a lease this worker holds, run the handler, record it;
-        nothing while the inbox is paused."""
-        paused = self._gate()
+        nothing while the inbox is paused.
+
+        ``fired``: the timers a scheduler pass fired before the lease was taken (a
+        one-shot run makes it first, so that a run kept out by the lease still fires
+        them); None: the pass is made here, decided with the gate from one read.
+        """
+        now = self.clock()
+        if fired is None:
+            fired, paused = self.store.ready(now, self._day(now), self.policy)
+        else:
+            paused = self.store.gate(now, self._day(now), self.policy)
         if paused is not None:
             return RunReport("paused", EXIT_CODES["paused"], generation, timers_fired=fired,
                              paused=paused)
@@ -317,20 +327,18 @@ class Worker:
             return self._interrupted(generation, [e.id for e in events], fired)
         return self._handle(generation, events, fired)
 
-    def _gate(self) -> Pause | None:
-        """The pause in force (see :meth:`Store.gate`), the budgets' day read in
-        :attr:`zone` (UTC without one) only when there is a budget to check."""
+    def _day(self, now: int) -> tuple[int, int]:
+        """The local day the budgets count (see :meth:`Store.gate`), read in :attr:`zone`
+        (UTC without one) only when there is a budget to check."""
         from agentbox.rules.breaker import budgeted
 
-        now = self.clock()
-        day = (now, now)
-        if budgeted(self.policy):
-            from datetime import UTC
+        if not budgeted(self.policy):
+            return (now, now)
+        from datetime import UTC
 
-            from agentbox.calendar import local_day
+        from agentbox.calendar import local_day
 
-            day = local_day(now, self.zone or UTC)
-        return self.store.gate(now, day, self.policy)
+        return local_day(now, self.zone or UTC)
 
     def _busy_error(self) -> str:
         held = self.store.lease()
@@ -352,11 +360,10 @@ class Worker:
             self._renew_at = time.monotonic() + self.renew_every
         return renewed
 
-    def _handle(self, generation: int, events: list[Event], fired: int) -> RunReport:
+    def _handle(self, generation: int, events: Claimed, fired: int) -> RunReport:
         ids = [e.id for e in events]
-        batch = Batch(self.user, self.db, generation,
-                      self.store.event_keys([e.id for e in events]), tuple(events),
-                      self.holder, self.store.state())
+        batch = Batch(self.user, self.db, generation, events.keys, tuple(events),
+                      self.holder, events.state)
         try:
             with self.stop.interruptible():
                 outcome = self.handler.handle(batch, lambda: self._renew(generation),
@@ -468,7 +475,7 @@ class Worker:
                     held = None
                     continue
                 self.handler.check()
-                report = self.work(held, self.store.tick(self.clock(), self.policy))
+                report = self.work(held)
                 if report.outcome == "paused":
                     if report.paused != said_pause:
                         emit(report)

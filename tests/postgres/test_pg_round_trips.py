@@ -1,6 +1,7 @@
 """The messages a claim sends the server: the lock and what it reads go together, and
-the claim itself goes with the COMMIT, so a handler starts two round trips after its
-watcher woke (four before)."""
+the claim itself goes with the COMMIT; before it, one read decides the scheduler pass
+and the gate. So a handler starts three round trips after its watcher woke, with its
+batch whole (events, keys, state)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,22 @@ def test_an_empty_claim_is_two_round_trips(store: Store, sent: list[str]) -> Non
     assert store.claim("w", generation, T0, Policy(lease_ttl=TTL)) == []
     assert len(sent) == 2, sent
 
+
+
+def test_a_watcher_s_run_reads_once_then_claims_its_whole_batch_in_two(
+        store: Store, sent: list[str]) -> None:
+    """ready (timers, pause) in one read; the claim in two, handing the events' keys and
+    the state with them: nothing more is asked of the server before the handler starts."""
+    from agentbox.ledger.store import Ready
+
+    policy = Policy(lease_ttl=TTL)
+    stored = store.ingest("s", "a", "{}", T0).id
+    generation = store.acquire("w", T0, TTL)
+    assert generation is not None
+    sent.clear()
+    assert store.ready(T0, (T0, T0 + 86_400), policy) == Ready(0, None)
+    claimed = store.claim("w", generation, T0, policy)
+    assert len(sent) == 3, sent
+    assert claimed is not None and [e.id for e in claimed] == [stored]
+    assert claimed.keys == {stored: f"{store.instance_id()}-event-{stored}"}
+    assert claimed.state == store.state()

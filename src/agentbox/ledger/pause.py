@@ -18,13 +18,13 @@ from agentbox.ledger import history
 from agentbox.ledger.core import Core
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Reader, Tx
+    from agentbox.ledger.engine import Reader, Row, Tx
     from agentbox.rules.answer import Usage
     from agentbox.rules.breaker import Pause, Streak
     from agentbox.rules.policy import Policy
 
-_ROW = """SELECT kind, reason, since, until, streak, streak_event, streak_distinct,
-                 waived_until FROM pauses WHERE inbox_id = :box"""
+GOVERNOR = "kind, reason, since, until, streak, streak_event, streak_distinct, waived_until"
+_ROW = f"SELECT {GOVERNOR} FROM pauses WHERE inbox_id = :box"
 _UPSERT = """INSERT INTO pauses (inbox_id, kind, reason, since, until, streak, streak_event,
                                  streak_distinct, waived_until)
              VALUES (:box, :kind, :reason, :since, :until, :streak, :streak_event,
@@ -57,10 +57,15 @@ def _int(value: Any) -> int | None:
 
 
 def _governor(reader: Reader | Tx) -> Governor:
+    return governor_of(reader.one(_ROW))
+
+
+def governor_of(row: Row | None) -> Governor:
+    """The governor from a row of :data:`GOVERNOR` columns (None, or a row of NULLs:
+    the inbox never paused or failed)."""
     from agentbox.rules.breaker import Pause, Streak
 
-    row = reader.one(_ROW)
-    if row is None:
+    if row is None or row[4] is None:  # streak is NOT NULL in every row kept
         return Governor(None, Streak(), None)
     kind, reason, since, until, streak, event, distinct, waived = row
     pause = None if kind is None else Pause(str(kind), str(reason), int(since), _int(until))
@@ -152,10 +157,14 @@ class Pauses(Core):
         message on the default channel, in one transaction with the pause. Reads
         only, unless something changes.
         """
+        reader = self._read()
+        return self._gate_of(_governor(reader), reader, now, day, policy)
+
+    def _gate_of(self, state: Governor, reader: Reader, now: int, day: tuple[int, int],
+                 policy: Policy) -> Pause | None:
+        """:meth:`gate`, the inbox's governor already read."""
         from agentbox.rules import breaker
 
-        reader = self._read()
-        state = _governor(reader)
         if breaker.in_force(state.pause, now) is not None:
             return state.pause
         expired = state.pause is not None and state.pause.kind == breaker.BUDGET

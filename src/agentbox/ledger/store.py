@@ -17,7 +17,7 @@ runs, timers, approvals, the outbox or pruning.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from agentbox.ledger.approvals import Approvals
 from agentbox.ledger.canonical import Canonicalise
@@ -25,18 +25,20 @@ from agentbox.ledger.inbox import Inbox
 from agentbox.ledger.lease import Leases
 from agentbox.ledger.links import Links
 from agentbox.ledger.outbox import Outbox
-from agentbox.ledger.pause import Pauses
+from agentbox.ledger.pause import GOVERNOR, Pauses, governor_of
 from agentbox.ledger.prune import Prune
 from agentbox.ledger.runs import Runs
 from agentbox.ledger.state import State
 from agentbox.ledger.status import Status, Vitals
 from agentbox.ledger.steps import Steps
-from agentbox.ledger.timers import Timers, next_due
+from agentbox.ledger.timers import DUE, Timers, next_due
 from agentbox.ledger.traffic import Traffic
 
 if TYPE_CHECKING:
     from agentbox.ledger.engine import Waiter
+    from agentbox.rules.breaker import Pause
     from agentbox.rules.health import Check
+    from agentbox.rules.policy import Policy
 
 
 # (oldest pending arrival, last run, last prune, newest arrival, newest transition),
@@ -48,6 +50,19 @@ SELECT (SELECT created_at FROM events WHERE inbox_id = :box AND status = 'pendin
        (SELECT created_at FROM events WHERE inbox_id = :box ORDER BY id DESC LIMIT 1),
        (SELECT at FROM history WHERE inbox_id = :box ORDER BY id DESC LIMIT 1)
 FROM (SELECT :box AS id) me LEFT JOIN inboxes i ON i.id = me.id"""
+# What a run looks at before it claims: whether a timer is due, and the inbox's
+# governor (NULLs where it never paused or failed), in one read.
+_READY = f"""
+SELECT EXISTS (SELECT 1 FROM timers WHERE inbox_id = :box AND {DUE}), {GOVERNOR}
+FROM (SELECT :box AS id) me LEFT JOIN pauses ON pauses.inbox_id = me.id"""
+
+
+class Ready(NamedTuple):
+    """What a run found before it claimed: the timers its scheduler pass fired, and the
+    pause that keeps it from claiming (None: it may claim)."""
+
+    fired: int
+    paused: Pause | None
 
 
 class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune,
@@ -78,6 +93,16 @@ class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prun
         known = [m for m in (last_run, *moments) if m is not None]
         return Vitals(self.status(), oldest, last_run, last_prune, max(known) if known else None,
                       self.engine.disk_bytes(reader))
+
+    def ready(self, now: int, day: tuple[int, int], policy: Policy) -> Ready:
+        """A scheduler pass (:meth:`tick`), then the gate (:meth:`gate`), both decided
+        from one read: a watcher's wake-up costs one round trip before its claim where
+        there is nothing to fire and no pause to weigh."""
+        reader = self._read()
+        row = reader.one(_READY, now=now)
+        assert row is not None
+        fired = self._fire(now, policy) if row[0] else 0
+        return Ready(fired, self._gate_of(governor_of(row[1:]), reader, now, day, policy))
 
     def waiter(self) -> Waiter:
         """A :class:`~agentbox.ledger.engine.Waiter` on this inbox, blind to changes made

@@ -71,8 +71,12 @@ def add_in(tx: Tx, spec: TimerSpec, now: int, replace: bool) -> AddOutcome:
     return outcome
 
 
+# A timer that a scheduler pass fires at ``:now``.
+DUE = "NOT done AND due <= :now"
+
+
 def _due(reader: Reader, now: int) -> list[Timer]:
-    return _select(reader, "AND NOT done AND due <= :now ORDER BY due, name", now=now)
+    return _select(reader, f"AND {DUE} ORDER BY due, name", now=now)
 
 
 class Timers(Core):
@@ -115,11 +119,15 @@ class Timers(Core):
         A pass with nothing due only reads: the inbox's lock is taken only when
         there is work, and what is due is read again under it.
         """
-        from agentbox.rules import timers as rules
-
-        policy = policy or Policy()
         if not _due(self._read(), now):
             return 0
+        return self._fire(now, policy or Policy())
+
+    def _fire(self, now: int, policy: Policy) -> int:
+        """The scheduler pass's transaction, once a read found a timer due: what is due
+        is read again under the inbox's lock."""
+        from agentbox.rules import timers as rules
+
         with self._locked() as (tx, _):
             due = _due(tx, now)
             for timer in due:
