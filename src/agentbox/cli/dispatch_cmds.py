@@ -185,6 +185,9 @@ def dispatch(
             which = "" if len(dispatchers) == 1 else f"channel {d.channel}: "
             render.notice(f"watching the outbox: {which}{d.policy.delivery}, at most one send "
                           f"per {format_duration(d.policy.outbox_gap)} (urgent ones at once)")
+        from agentbox.cli.listening import long_lived
+
+        long_lived()
         with stop.installed():
             watch_channels(dispatchers, lambda report: _said(report, commanded, as_json), stop)
         render.notice(f"stopped by {stop.name}")

@@ -160,7 +160,9 @@ def _say_run(report: "RunReport", as_json: bool, user: str | None = None) -> Non
 
 def _watch(worker: "Worker", as_json: bool) -> None:
     from agentbox import render
+    from agentbox.cli.listening import long_lived
 
+    long_lived()
     with worker.stop.installed():
         worker.watch(lambda report: _say_run(report, as_json), render.notice)
     render.notice(f"stopped by {worker.stop.name}")
@@ -208,6 +210,9 @@ def _serve_all(sess: "Session", argv: list[str] | None, flags: "Mapping[str, obj
                     emit=lambda user, report: _say_run(report, as_json, user),
                     say=render.notice)
         render.notice(f"serving every inbox in {inboxes.location}")
+        from agentbox.cli.listening import long_lived
+
+        long_lived()
         with pool.stop.installed():
             pool.serve()
         render.notice(f"stopped by {pool.stop.name}")
