@@ -1,0 +1,68 @@
+"""When a watcher of an SQLite inbox looks again after a ring: soon after the ring, then
+at pauses a quarter longer each time, up to a bound, until the commit shows or the ring
+is given up on. Pinned on the schedule itself, with no clock read."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from agentbox.backends.sqlite import wake
+from agentbox.backends.sqlite.wake import (
+    FIRST_RECHECK,
+    LONGEST_RECHECK,
+    RECHECK_GROWTH,
+    SETTLE,
+    Changes,
+)
+
+
+@pytest.fixture
+def changes(tmp_path: Path) -> Changes:
+    versions = {"inbox": 7}
+    found = Changes(tmp_path, lambda f: "inbox", lambda: ["inbox"], versions.__getitem__)
+    found.versions = versions  # type: ignore[attr-defined]
+    return found
+
+
+def rung(changes: Changes, at: float) -> None:
+    """What a ring of the inbox's file at ``at`` leaves: a look due at once."""
+    changes.suspects["inbox"] = (at, FIRST_RECHECK, at + SETTLE)
+
+
+def test_looks_after_a_ring_come_a_quarter_later_each_time(changes: Changes) -> None:
+    assert (FIRST_RECHECK, RECHECK_GROWTH) == (0.0001, 1.25)
+    rung(changes, 100.0)
+    now, pauses = 100.0, []
+    for _ in range(34):  # to the longest pause, within SETTLE
+        assert changes._confirm(now) == set()
+        at, _, give_up = changes.suspects["inbox"]
+        assert give_up == 100.0 + SETTLE
+        pauses.append(at - now)
+        now = at
+    assert pauses[:3] == pytest.approx([0.0001, 0.000125, 0.00015625])
+    assert all(b == pytest.approx(min(a * 1.25, LONGEST_RECHECK))
+               for a, b in itertools.pairwise(pauses))
+    assert max(pauses) == pytest.approx(LONGEST_RECHECK)
+
+
+def test_a_look_before_its_time_reads_nothing_and_the_commit_shows_at_the_next(
+        changes: Changes) -> None:
+    rung(changes, 100.0)
+    assert changes._confirm(100.0) == set()
+    changes.versions["inbox"] = 8  # type: ignore[attr-defined]
+    assert changes._confirm(100.0 + FIRST_RECHECK / 2) == set()  # not yet due
+    assert changes._confirm(100.0 + FIRST_RECHECK) == {"inbox"}
+    assert "inbox" not in changes.suspects and changes.seen["inbox"] == 8
+
+
+def test_a_ring_whose_commit_never_shows_is_given_up_on(changes: Changes) -> None:
+    rung(changes, 100.0)
+    assert changes._confirm(100.0 + SETTLE) == set()
+    assert "inbox" not in changes.suspects
+
+
+def test_the_doorbell_is_inotify_here(changes: Changes) -> None:
+    assert changes.notified and isinstance(changes.bell, wake._Inotify)
