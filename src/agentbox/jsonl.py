@@ -14,8 +14,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+import orjson  # this module is the bulk path's alone: a single ingest never loads it
+
 from agentbox.errors import BadInput
-from agentbox.jsonutil import canonical_object, loads_strict
+from agentbox.jsonutil import Canonical, canonical_object, canonical_plain, loads_strict
 from agentbox.rules.keys import check_delivery_key
 
 if TYPE_CHECKING:
@@ -83,6 +85,20 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     if len(raw) > max_payload + ENVELOPE_SLACK:
         raise BadInput(f"line is over {max_payload + ENVELOPE_SLACK} bytes: the "
                        f"{max_payload}-byte payload limit plus {ENVELOPE_SLACK} for the rest")
+    plain = plain_line(raw)
+    if plain is None:
+        source, source_id, payload = strict_line(raw)
+    else:
+        source, source_id, payload = plain
+        check_delivery_key(source, source_id)
+    size = len(payload.encode("utf-8"))
+    if size > max_payload:
+        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
+    return source, source_id, payload
+
+
+def strict_line(raw: bytes) -> tuple[str, str, Canonical]:
+    """A line read the strict way: every refusal worded, the key checked before the payload."""
     doc = loads_strict(raw, "line")
     if not isinstance(doc, dict):
         raise BadInput("a line must be a JSON object with source, source_id and payload")
@@ -93,11 +109,58 @@ def parse_line(raw: bytes, max_payload: int) -> tuple[str, str, str]:
     if not isinstance(source, str) or not isinstance(source_id, str):
         raise BadInput("source and source_id must be strings")
     check_delivery_key(source, source_id)
-    payload = canonical_object(doc.get("payload", {}))
-    size = len(payload.encode("utf-8"))
-    if size > max_payload:
-        raise BadInput(f"payload is {size} bytes, over the {max_payload}-byte limit")
-    return source, source_id, payload
+    return source, source_id, canonical_object(doc.get("payload", {}))
+
+
+_NO_PAYLOAD: dict[str, object] = {}
+
+
+def plain_line(raw: bytes) -> tuple[str, str, Canonical] | None:
+    """A plain line read the fast way, as (source, source_id, canonical payload); None
+    for any other line, which :func:`strict_line` then reads.
+
+    The strict way (the standard parser, with a hook refusing duplicate keys,
+    then the canonical encoding) costs most of a bulk ingest's time; orjson
+    does both steps several times faster. But orjson keeps the last of a
+    duplicate key without a word, and its reading of an escape or of a
+    number, and its spelling of them, are not the strict way's. So it is
+    trusted only with what it cannot get otherwise:
+
+    - no backslash anywhere in the line: no string holds an escape, so each
+      string orjson writes back is, byte for byte, the one in the line;
+    - an envelope of exactly source, source_id (strings) and payload (an
+      object), else the strict way words the refusal;
+    - every colon in the line accounted for: one per key of every object,
+      plus those inside strings. A key given twice, at any depth, loses its
+      pair (and whatever its first value held) in orjson's reading, so the
+      count of what orjson writes back comes out short;
+    - a payload text that :func:`~agentbox.jsonutil.canonical_plain` takes as
+      canonical (no float, no long integer, nothing beyond U+FFFF, no deep
+      nesting).
+
+    Anything else goes the strict way, and so does every line orjson refuses
+    (invalid UTF-8, NaN, a trailing comma, nesting past its bounds) or reads
+    otherwise (an integer past 64 bits comes out a float): its result or its
+    error is then exactly what it always was.
+    """
+    if b"\\" in raw:
+        return None
+    try:
+        doc = orjson.loads(raw)
+        if type(doc) is not dict:
+            return None
+        source, source_id = doc.get("source"), doc.get("source_id")
+        payload = doc.get("payload", _NO_PAYLOAD)
+        if (type(source) is not str or type(source_id) is not str or type(payload) is not dict
+                or len(doc) != 2 + ("payload" in doc)):
+            return None
+        text = canonical_plain(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):  # e.g. nested past orjson's bound
+        return None
+    if text is None or raw.count(b":") != (len(doc) + source.count(":") + source_id.count(":")
+                                           + text.count(":")):
+        return None
+    return source, source_id, text
 
 
 def read_lines(stream: IO[bytes], max_payload: int) -> Iterator[bytes]:

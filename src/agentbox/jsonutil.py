@@ -113,16 +113,22 @@ def canonical(value: Any) -> str:
     return _spellings(value)[0]
 
 
+def _jcs_may_differ(text: str) -> bool:
+    """Whether JCS could spell the value ``legacy_canonical`` wrote as ``text`` otherwise:
+    a number with a fraction, an exponent or sixteen digits, or a character beyond U+FFFF."""
+    # Strings are taken out only when something in the text looks like such a
+    # number: most payloads have none, and the search alone is cheap.
+    return bool((_NOT_PLAIN.search(text) and _NOT_PLAIN.search(_STRINGS.sub("", text)))
+                or (not text.isascii() and _BEYOND_BMP.search(text)))
+
+
 def _spellings(value: Any) -> tuple[str, str | None]:
     """(JCS, the 0.2 spelling where that differs)."""
     try:
         text = legacy_canonical(value)
         text.encode("utf-8")  # lone surrogates from "\ud800" escapes end here
         old = None
-        # Strings are taken out only when something in the text looks like such a
-        # number: most payloads have none, and the search alone is cheap.
-        if (_NOT_PLAIN.search(text) and _NOT_PLAIN.search(_STRINGS.sub("", text))) or (
-                not text.isascii() and _BEYOND_BMP.search(text)):
+        if _jcs_may_differ(text):
             text, old = _jcs(value), text
     except UnicodeEncodeError:
         raise BadInput("not representable as strict JSON: a string holds a lone "
@@ -138,8 +144,9 @@ def _spellings(value: Any) -> tuple[str, str | None]:
 class Canonical(str):
     """A payload that passed every check, in its canonical spelling.
 
-    Made only by :func:`canonical_object`: a store given one stores it as it
-    is, instead of parsing and checking it a second time. Where agentbox 0.2
+    Made only by :func:`canonical_object` (and :func:`canonical_plain`, for the
+    text it would give): a store given one stores it as it is, instead of
+    parsing and checking it a second time. Where agentbox 0.2
     spelled it otherwise, ``legacy`` is that spelling (a key pruned by 0.2 is
     remembered by the digest of it).
     """
@@ -171,13 +178,29 @@ def canonical_object(value: Any, what: str = "payload") -> Canonical:
         text, old = _spellings(value)
     except BadInput as exc:
         raise BadInput(f"{what}: {exc}") from None
-    # Depth never exceeds the count of opening brackets, strings' included.
-    if text.count("{") + text.count("[") > MAX_DEPTH and text_depth(text) > MAX_DEPTH:
+    if _too_deep(text):
         raise BadInput(f"{what} is nested more than {MAX_DEPTH} levels deep")
     made = Canonical(text)
     if old is not None:
         made.legacy = old
     return made
+
+
+def canonical_plain(text: str) -> Canonical | None:
+    """``text`` as :func:`canonical_object` gives it, or None where that could differ.
+
+    ``text`` is an object spelled with its keys sorted by code point and no
+    whitespace, decoded from UTF-8, as a fast encoder writes it (orjson with
+    sorted keys, in the bulk path). Where it holds no escape (no backslash:
+    no string holds a quote or a control character), no number that JCS
+    spells otherwise, no character beyond U+FFFF and no nesting past
+    MAX_DEPTH, it is byte for byte what :func:`legacy_canonical` and JCS both
+    write. Anything else is None: the caller then goes the strict way, which
+    says what is wrong, if anything is.
+    """
+    if "\\" in text or _jcs_may_differ(text) or _too_deep(text):
+        return None
+    return Canonical(text)
 
 
 def payload_text(payload: str | Mapping[str, Any],
@@ -199,6 +222,12 @@ def payload_text(payload: str | Mapping[str, Any],
 # three times faster than an alternation per character.
 _STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKETS = {ord(c): None for c in ",:0123456789.eE+-truefalsn \t\r\n"}
+
+
+def _too_deep(text: str) -> bool:
+    """Whether a JSON text nests past MAX_DEPTH; counted only when its brackets (strings'
+    included), which depth never exceeds, are more than that."""
+    return text.count("{") + text.count("[") > MAX_DEPTH and text_depth(text) > MAX_DEPTH
 
 
 def text_depth(text: str) -> int:
@@ -225,7 +254,7 @@ def stored_value(text: str) -> Any:
     a payload is handed on as its JSON text, a string, so it can never break
     the batch or the listing it is part of.
     """
-    if text.count("{") + text.count("[") > MAX_DEPTH and text_depth(text) > MAX_DEPTH:
+    if _too_deep(text):
         return text
     return json.loads(text)
 

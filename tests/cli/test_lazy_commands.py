@@ -78,3 +78,10 @@ def test_ingest_loads_no_time_zones_or_cron_even_with_a_zone_configured(home: Pa
     (home / "config.toml").write_text('timezone = "Europe/Berlin"\n')
     heavy = ("zoneinfo", "cronsim", "croniter", "dateutil", "agentbox.calendar")
     assert [m for m in ingest_loads() if m.startswith(heavy)] == []
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.sqlite_file  # an ingest into a file
+def test_a_single_ingest_loads_neither_the_bulk_path_nor_orjson() -> None:
+    assert [m for m in ingest_loads() if m.split(".")[0] == "orjson"
+            or m == "agentbox.jsonl"] == []
