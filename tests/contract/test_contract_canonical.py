@@ -34,6 +34,24 @@ def test_a_float_is_stored_as_jcs_writes_it(backend: Store) -> None:
     assert event is not None and event.payload == '{"big":1e+300,"n":1,"tiny":1e-7}'
 
 
+@pytest.mark.parametrize("payload", [
+    '{"q": "say \\"hi\\"", "path": "C:\\\\x", "nl": "a\\nb\\u0001", "del": "\x7f"}',
+    '{"é": "ü", "sep": "\u2028\u2029", "smile": "\U0001f600", "esc": "\\ud83d\\ude00"}',
+    '{"url": "http://h:80/a", "n": [1.5, 1e2, -0, 123456789012345], "t": true}',
+    '{"url": "http://h:80/a", "é": ["ü€", null, -0, 123456789012345], "t": {}}',  # plain
+])
+def test_a_line_of_a_bulk_ingest_is_stored_as_a_single_ingest_stores_it(
+        backend: Store, payload: str) -> None:
+    from agentbox.jsonl import ingest_stream
+
+    backend.ingest("hook", "one", payload, T0)
+    line = f'{{"source": "hook", "source_id": "bulk", "payload": {payload}}}\n'
+    report = ingest_stream(backend, [line.encode()], T0, 10_000)
+    assert [e.outcome for e in report.entries] == ["stored"]
+    one, bulk = backend.find("hook", "one"), backend.find("hook", "bulk")
+    assert one is not None and bulk is not None and bulk.payload == one.payload
+
+
 def test_an_integer_beyond_what_json_numbers_carry_is_bad_input(backend: Store) -> None:
     assert backend.ingest("hook", "ok", '{"n": 9007199254740991}', T0).outcome == "stored"
     with pytest.raises(BadInput, match="send it as a string"):

@@ -11,7 +11,6 @@ in ``inboxes`` is always 1, made by the migration that made the table.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -273,9 +272,12 @@ class SqliteEngine:
 
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
                      now: int) -> dict[Key, int]:
+        # orjson writes the batch many times faster than json; only a batch loads it
+        import orjson
+
         with self._translated():
             rows = self.conn.execute(_INSERT_BATCH, (tx.box, now,
-                                                     json.dumps(list(items)))).fetchall()
+                                                     orjson.dumps(list(items)).decode())).fetchall()
         return {(str(s), str(i)): int(n) for n, s, i in rows}
 
     def new_id(self, table: str, n: int) -> str:
