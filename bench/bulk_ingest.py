@@ -9,7 +9,9 @@ chunks and prints a report line per event (sent to /dev/null). The second
 row sets it beside the same program storing row by row, reading each row's
 id back (``--jsonl``), as a program that reports per event must; the third
 is that program writing into agentbox's schema instead of the plain table:
-the cost of that schema alone.
+the cost of that schema alone. The last sets the executemany program parsing
+and writing its JSON with orjson (``--jsonl-many --orjson``) beside the same
+program using json: what the faster library alone is worth to a bare program.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def main() -> None:
         warn_if_memory(root)
         homes = Homes(root)
 
-        cpu: dict[str, list[float]] = {"s": [], "m": [], "b": [], "o": []}
+        cpu: dict[str, list[float]] = {"s": [], "m": [], "b": [], "o": [], "j": []}
 
         def run(side: str, argv: list[str], env: dict[str, str]) -> float:
             wall, used = run_program(argv, env, body)
@@ -62,19 +64,20 @@ def main() -> None:
         def subject() -> float:
             return run("s", [str(agentbox), "ingest", "--jsonl", "-"], homes.agentbox())
 
-        def raw(side: str, db: Path, mode: str = "--jsonl") -> float:
+        def raw(side: str, db: Path, *mode: str) -> float:
             return run(side, [sys.executable, str(PROGRAMS / "raw_ingest.py"), str(db),
-                              mode], homes.env)
+                              *(mode or ["--jsonl"])], homes.env)
 
         sides = {"s": subject, "m": lambda: raw("m", homes.plain(), "--jsonl-many"),
-                 "b": lambda: raw("b", homes.plain()), "o": lambda: raw("o", homes.inbox())}
-        progress(f"bulk ingest: {rounds} rounds of {n:,} events, four ways")
+                 "b": lambda: raw("b", homes.plain()), "o": lambda: raw("o", homes.inbox()),
+                 "j": lambda: raw("j", homes.plain(), "--jsonl-many", "--orjson")}
+        progress(f"bulk ingest: {rounds} rounds of {n:,} events, five ways")
         interleaved(1, sides)  # warm-up: bytecode and page cache
         for used in cpu.values():
             used.clear()
         times = interleaved(rounds, sides)
-    cs, cm, cb, co = (median(cpu[k]) * 1000 for k in "smbo")
-    s, m, b, o = (median(times[k]) for k in "smbo")
+    cs, cm, cb, co, cj = (median(cpu[k]) * 1000 for k in "smboj")
+    s, m, b, o, j = (median(times[k]) for k in "smboj")
     report([
         time_row(f"bulk ingest: --jsonl of {n:,} events vs a bare executemany program, "
                  "plain table", s, m, 2.0, note=f"median of {rounds} runs each; CPU time "
@@ -86,6 +89,11 @@ def main() -> None:
                  "vs a plain table", o, b, None,
                  note=f"history, per-state counts and the status index, paid by any writer; "
                  f"CPU time {co:.0f} ms vs {cb:.0f} ms"),
+        time_row("bulk ingest, orjson alone: the bare executemany program parsing with orjson "
+                 "vs with json", j, m, None,
+                 note=f"what the library is worth to a bare program; CPU time {cj:.0f} ms vs "
+                 f"{cm:.0f} ms; --jsonl against this program: {s / j:.2f}{TIMES} "
+                 f"(CPU {cs / cj:.2f}{TIMES})", shown="what a faster parser gives"),
     ], args)
 
 

@@ -11,6 +11,8 @@ agentbox's own schema for the rows that show that schema's cost.
                                                 row by row (each row's id read back)
     raw_ingest.py DB --jsonl-many               the same with one executemany: the
                                                 least a program can do for it
+    raw_ingest.py DB --jsonl-many --orjson      the same parsing and writing the JSON
+                                                with orjson (imported only then)
 """
 
 from __future__ import annotations
@@ -65,13 +67,29 @@ def store_one(path: str, source: str, source_id: str, payload: str) -> None:
     print(f"{'stored' if stored else 'duplicate'} {source}/{source_id}")
 
 
-def store_lines(path: str, many: bool) -> None:
+def read_lines() -> list[tuple[str, str, str]]:
     items = []
     for raw in sys.stdin.buffer:
         doc = json.loads(raw)
         items.append((doc["source"], doc["source_id"],
                       json.dumps(doc["payload"], sort_keys=True, separators=(",", ":"),
                                  ensure_ascii=False)))
+    return items
+
+
+def read_lines_orjson() -> list[tuple[str, str, str]]:
+    import orjson
+
+    items = []
+    for raw in sys.stdin.buffer:
+        doc = orjson.loads(raw)
+        items.append((doc["source"], doc["source_id"],
+                      orjson.dumps(doc["payload"], option=orjson.OPT_SORT_KEYS).decode()))
+    return items
+
+
+def store_lines(path: str, many: bool, fast: bool = False) -> None:
+    items = read_lines_orjson() if fast else read_lines()
     conn = connect(path)
     stored = (store_many if many else store)(conn, items, int(time.time()))
     conn.close()
@@ -79,7 +97,7 @@ def store_lines(path: str, many: bool) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[2:] in (["--jsonl"], ["--jsonl-many"]):
-        store_lines(sys.argv[1], sys.argv[2] == "--jsonl-many")
+    if sys.argv[2:] in (["--jsonl"], ["--jsonl-many"], ["--jsonl-many", "--orjson"]):
+        store_lines(sys.argv[1], sys.argv[2] == "--jsonl-many", sys.argv[3:] == ["--orjson"])
     else:
         store_one(*sys.argv[1:5])
