@@ -54,6 +54,23 @@ def test_ingest_many_answers_item_by_item(backend: Store) -> None:
     assert backend.ingest_many([], T0) == []
 
 
+def test_a_batch_sent_again_is_judged_key_by_key_across_every_slice_it_is_read_in(
+        backend: Store) -> None:
+    """A redelivered batch longer than a read of standing keys holds (STANDING_SLICE):
+    each key is a duplicate of its own event, a changed payload anywhere a conflict."""
+    from agentbox.ledger.inbox import STANDING_SLICE
+
+    count = 2 * STANDING_SLICE + 3
+    first = backend.ingest_many([("s", str(n), f'{{"n":{n}}}') for n in range(count)], T0)
+    again = [("s", str(n), f'{{"n":{n}}}') for n in range(count)]
+    changed = STANDING_SLICE + 1
+    again[changed] = ("s", str(changed), '{"n":"changed"}')
+    results = backend.ingest_many(again, T0 + 1)
+    assert [r.id for r in results] == [r.id for r in first]
+    assert [r.outcome for r in results] == ["duplicate"] * changed + ["conflict"] + [
+        "duplicate"] * (count - changed - 1)
+
+
 def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Store) -> None:
     first = backend.ingest("s'; DROP TABLE events; --", "é \"1\"", '{"v":1}', T0)
     results = backend.ingest_many([

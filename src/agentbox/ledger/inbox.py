@@ -127,18 +127,26 @@ def store_in(engine: Engine, tx: Tx, source: str, source_id: str, payload: str, 
     raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
 
 
+# Keys looked up per read by _standing. SQLite finds a named parameter's name by a
+# walk of its list, so binding n of them costs n²: a batch of 5,000 keys (10,000
+# names) took 420 ms in one read, and 15 ms in slices of this size.
+STANDING_SLICE = 250
+
+
 def _standing(tx: Tx, keys: Sequence[Key]) -> dict[Key, tuple[int, str]]:
-    """(id, payload) of the events stored under ``keys``, in one read."""
-    if not keys:
-        return {}
-    values = ", ".join(f"(:s{n}, :i{n})" for n in range(len(keys)))
-    params = {f"{kind}{n}": value for n, key in enumerate(keys)
-              for kind, value in zip("si", key, strict=True)}
-    rows = tx.rows(f"""WITH k (source, source_id) AS (VALUES {values})
-                       SELECT e.source, e.source_id, e.id, e.payload FROM k
-                       JOIN events e ON e.inbox_id = :box AND e.source = k.source
-                                    AND e.source_id = k.source_id""", **params)
-    return {(str(s), str(i)): (int(n), str(p)) for s, i, n, p in rows}
+    """(id, payload) of the events stored under ``keys``, a read per slice of them."""
+    found: dict[Key, tuple[int, str]] = {}
+    for start in range(0, len(keys), STANDING_SLICE):
+        part = keys[start:start + STANDING_SLICE]
+        values = ", ".join(f"(:s{n}, :i{n})" for n in range(len(part)))
+        params = {f"{kind}{n}": value for n, key in enumerate(part)
+                  for kind, value in zip("si", key, strict=True)}
+        rows = tx.rows(f"""WITH k (source, source_id) AS (VALUES {values})
+                           SELECT e.source, e.source_id, e.id, e.payload FROM k
+                           JOIN events e ON e.inbox_id = :box AND e.source = k.source
+                                        AND e.source_id = k.source_id""", **params)
+        found.update(((str(s), str(i)), (int(n), str(p))) for s, i, n, p in rows)
+    return found
 
 
 class Inbox(Core):
