@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from support.processes import proc_env
+from support.sqlite import null_device
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def test_a_file_that_is_not_regular_is_refused_at_once(home: Path, tmp_path: Pat
         path = tmp_path / "inbox.fifo"
         os.mkfifo(path)
     else:
-        path = Path(os.devnull)
+        path = null_device(tmp_path / "inbox.device")
     for argv in (["status"], ["ingest", "s", "1"]):
         done = agentbox(home, "--db", str(path), *argv)  # a hang fails on the timeout
         assert done.returncode == 1, done.stderr

@@ -24,7 +24,7 @@ from agentbox.ledger.store import Store
 from agentbox.location import empty_view
 from agentbox.rules.records import EVENT_STATES
 from support.clock import T0
-from support.sqlite import sqlite_store
+from support.sqlite import null_device, sqlite_store
 
 if TYPE_CHECKING:
     from agentbox.ledger.engine import Tx
@@ -62,7 +62,8 @@ def make_fifo(path: Path) -> None:
 
 
 def make_device(path: Path) -> None:
-    path.symlink_to(os.devnull)  # a link is followed: what it reaches is judged
+    # a link is followed: what it reaches is judged
+    path.symlink_to(null_device(path.with_name(path.name + ".node")))
 
 
 def make_socket(path: Path) -> None:

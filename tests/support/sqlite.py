@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Sequence
+from pathlib import Path
 
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
@@ -18,6 +20,19 @@ def sqlite_store(path: str | os.PathLike[str], *, durable: bool = True,
     """The store of the inbox file ``path``, made (with its folders) if missing."""
     return open_store(path, "", durable=durable, busy_timeout=busy_timeout,
                       make_folders=make_folders)
+
+
+def null_device(path: Path) -> Path:
+    """A character device at ``path`` for a test to hand agentbox as an inbox: a node
+    of its own reading as /dev/null where this process may make one (as root), else a
+    link to /dev/null. Never the system's /dev/null itself to a root process: an
+    agentbox that mistook it for an empty file of its own would make it private
+    (0600), and every other user's programs would then fail to open it."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:  # not root: /dev/null is root's, so no chmod of ours can land
+        path.symlink_to(os.devnull)
+    return path
 
 
 def dump(conn: sqlite3.Connection) -> Dump:
