@@ -47,3 +47,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.skipped and isinstance(longrepr, tuple) and SKIPPED in str(longrepr[2]):
         report.longrepr = (SKIPPED_AT, 1, longrepr[2])
     return report
+
+
+@pytest.fixture(autouse=True)
+def system_files_untouched() -> Iterator[None]:
+    """No test leaves the machine's /dev/null with other permissions than it found: a
+    root test run handing agentbox a device, with a bug that took it for an empty file
+    of its own, would make it private, and break every other user's programs."""
+    import os
+
+    before = os.stat(os.devnull).st_mode
+    yield
+    after = os.stat(os.devnull).st_mode
+    if after != before:
+        os.chmod(os.devnull, before)
+        pytest.fail(f"{os.devnull} went from {before:o} to {after:o} (put back)")
