@@ -11,20 +11,22 @@ import pytest
 
 from agentbox.backends.sqlite import wake
 from agentbox.backends.sqlite.inboxes import SqliteInboxes, user_of
+from agentbox.errors import DatabaseError
 from support.clock import T0
 from support.sqlite import sqlite_store
 
 PATIENCE = 30.0
 
 
+def _no_inotify(folder: Path) -> None:
+    raise OSError("no inotify here")
+
+
 @pytest.fixture(params=["inotify", "polling"])
 def bell(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test runs with inotify, and again as on a system without it."""
     if request.param == "polling":
-        def refuse(folder: Path) -> None:
-            raise OSError("no inotify here")
-
-        monkeypatch.setattr(wake, "_Inotify", refuse)
+        monkeypatch.setattr(wake, "_Inotify", _no_inotify)
     return str(request.param)
 
 
@@ -68,6 +70,55 @@ def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -
                 assert mine.status().events["pending"] == n + 1
         finally:
             waiter.close()
+
+
+def test_a_commit_wakes_the_waiter_by_its_ring_not_at_the_safety_look(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inotify names the file written: a commit to the inbox's log is the inbox's own, and
+    wakes the waiter soon after, not at the look every SAFETY seconds that would find it
+    all the same (put out of reach here)."""
+    monkeypatch.setattr(wake, "SAFETY", 3600.0)
+    path = folder / "alice.sqlite3"
+    with sqlite_store(path) as mine, sqlite_store(path) as theirs:
+        waiter = mine.waiter()
+        try:
+            assert waiter.changes.notified  # type: ignore[attr-defined]
+            timer = later(0.1, lambda: theirs.ingest("chat", "m1", "{}", T0))
+            assert waiter.wait(10.0)
+            timer.join()
+        finally:
+            waiter.close()
+
+
+def test_a_waiter_whose_inbox_cannot_be_read_names_it(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The look that confirms a change fails in agentbox's words, naming the inbox."""
+    monkeypatch.setattr(wake, "_Inotify", _no_inotify)  # a look at once, at the first poll
+    path = folder / "alice.sqlite3"
+    store = sqlite_store(path)
+    waiter = store.waiter()
+    store.close()
+    try:
+        with pytest.raises(DatabaseError) as failed:
+            waiter.wait(PATIENCE)
+        assert str(failed.value) == (f"{path}: database error: Cannot operate on a "
+                                     "closed database.")
+    finally:
+        waiter.close()
+
+
+def test_without_inotify_the_folder_is_polled_less_often_the_more_inboxes_it_holds(
+        folder: Path, inboxes: SqliteInboxes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each poll reads every inbox: 2 ms of period per inbox, and never under POLL."""
+    monkeypatch.setattr(wake, "_Inotify", _no_inotify)
+    periods = {}
+    for count in (1, 25, 50):
+        monkeypatch.setattr(inboxes, "users", lambda n=count: [f"u{i}" for i in range(n)])
+        waiter = inboxes.waiter()
+        periods[count] = waiter.changes.bell.period  # type: ignore[union-attr]
+        waiter.close()
+    assert wake.POLL == 0.05
+    assert periods == {1: 0.05, 25: 0.05, 50: pytest.approx(0.1)}
 
 
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(

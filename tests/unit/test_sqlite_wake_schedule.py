@@ -1,6 +1,7 @@
 """When a watcher of an SQLite inbox looks again after a ring: soon after the ring, then
 at pauses a quarter longer each time, up to a bound, until the commit shows or the ring
-is given up on. Pinned on the schedule itself, with no clock read."""
+is given up on; and, without inotify, when the poll looks. Pinned on the schedule
+itself, with no clock read (the poll's sleeps move a clock of the test's own)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,38 @@ def test_a_ring_whose_commit_never_shows_is_given_up_on(changes: Changes) -> Non
 
 def test_the_doorbell_is_inotify_here(changes: Changes) -> None:
     assert changes.notified and isinstance(changes.bell, wake._Inotify)
+
+
+class _Clock:
+    """time.monotonic and time.sleep for the wake module: a sleep moves the clock on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    found = _Clock()
+    monkeypatch.setattr(wake, "time", found)
+    return found
+
+
+def test_without_inotify_a_look_is_due_at_once_then_every_period(clock: _Clock) -> None:
+    """A poll says 'anything may have changed' (None) when its look is due, sleeping
+    until then; before, it says nothing changed once the caller's timeout is spent."""
+    bell = wake._Polling(0.25)  # times a binary fraction can hold exactly
+    assert bell.ring(10.0) is None and clock.slept == []  # the first look: at once
+    assert bell.ring(10.0) is None and clock.slept == [0.25]  # the next: a period later
+    assert bell.ring(0.125) == set() and clock.slept == [0.25, 0.125]  # not due yet
+    assert bell.ring(10.0) is None and clock.slept == [0.25, 0.125, 0.125]  # due
+    clock.now += 1.0  # a caller busy for longer than a period
+    assert bell.ring(0.0) is None and len(clock.slept) == 3  # due: at once, no pause
+    assert bell.ring(0.0) == set() and len(clock.slept) == 3  # and then not for a period
