@@ -30,9 +30,11 @@ def test_the_lock_file_is_hidden_beside_the_inbox_and_private(store: Store) -> N
 def test_an_open_store_keeps_a_restore_out_until_it_closes(
         store: Store, open_inbox: Opener) -> None:
     twin = open_inbox()
-    with pytest.raises(Busy, match="an agentbox process works on this inbox") as refused:
+    with pytest.raises(Busy) as refused:
         presence.take_alone(store.location)
-    assert store.location in str(refused.value)
+    assert str(refused.value) == (
+        f"{store.location}: an agentbox process works on this inbox (a serve, a run or "
+        "dispatch --watch, a pool, or a command now); stop it and try again")
     store.close()
     with pytest.raises(Busy):  # the twin still has it open
         presence.take_alone(store.location)
