@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,20 +28,6 @@ def bell(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param == "polling":
         monkeypatch.setattr(wake, "_Inotify", _no_inotify)
     return str(request.param)
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    path = tmp_path / "inboxes"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def inboxes(folder: Path) -> Iterator[SqliteInboxes]:
-    found = SqliteInboxes(folder)
-    yield found
-    found.close()
 
 
 def later(seconds: float, action: Callable[[], object]) -> threading.Timer:
