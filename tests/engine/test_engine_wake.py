@@ -107,6 +107,39 @@ def test_without_inotify_the_folder_is_polled_less_often_the_more_inboxes_it_hol
     assert periods == {1: 0.05, 25: 0.05, 50: pytest.approx(0.1)}
 
 
+def test_inotify_names_every_file_written_since_the_last_ring(folder: Path) -> None:
+    """Names of every length, and more of them than one read of the queue takes (64 KiB):
+    a busy folder's every file is told, and a ring with no time left waits for none."""
+    bell = wake._Inotify(folder)
+    try:
+        began = time.monotonic()
+        assert bell.ring(0.0) == set()
+        assert time.monotonic() - began < 0.5
+        names = {f"f{n}{'x' * (n % 37)}" for n in range(3000)}
+        for name in names:
+            (folder / name).write_bytes(b"")
+        assert bell.ring(0.0) == names
+        assert bell.ring(0.0) == set()
+    finally:
+        bell.close()
+
+
+def test_inotify_that_lost_count_of_the_writes_says_so(folder: Path) -> None:
+    """More writes than the kernel queues for a ring: the names are lost, and the ring
+    says so (None: look at everything), once."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 100_000:
+        pytest.skip(f"the kernel queues {limit} events: too many files to write")
+    bell = wake._Inotify(folder)
+    try:
+        for n in range(limit + 1):
+            (folder / f"f{n}").write_bytes(b"")
+        assert bell.ring(0.0) is None
+        assert bell.ring(0.0) == set()
+    finally:
+        bell.close()
+
+
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
         bell: str, folder: Path) -> None:
     with sqlite_store(folder / "alice.sqlite3") as alice, \
