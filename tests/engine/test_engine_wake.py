@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -115,7 +117,7 @@ def test_inotify_names_every_file_written_since_the_last_ring(folder: Path) -> N
         began = time.monotonic()
         assert bell.ring(0.0) == set()
         assert time.monotonic() - began < 0.5
-        names = {f"f{n}{'x' * (n % 37)}" for n in range(3000)}
+        names = {f"f{n}{'x' * (n % 37)}{'X' if n % 2 else ''}" for n in range(3000)}
         for name in names:
             (folder / name).write_bytes(b"")
         assert bell.ring(0.0) == names
@@ -138,6 +140,40 @@ def test_inotify_that_lost_count_of_the_writes_says_so(folder: Path) -> None:
         assert bell.ring(0.0) == set()
     finally:
         bell.close()
+
+
+def test_closing_a_doorbell_twice_closes_no_other_file(folder: Path) -> None:
+    """A number closed is given to the next file opened: a second close must not close
+    that file, nor any other."""
+    bell = wake._Inotify(folder)
+    bell.close()
+    kept = os.dup(1)  # standard output, put back should the second close take it
+    reader, writer = os.pipe()  # takes the number the doorbell had
+    try:
+        bell.close()
+        os.fstat(reader)
+        os.fstat(1)
+    finally:
+        os.dup2(kept, 1)
+        for fd in (kept, reader, writer):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def test_a_doorbell_given_descriptor_0_closes_it(folder: Path) -> None:
+    """A watcher started with its standard input closed gets number 0 for its doorbell,
+    which is a file like any other when the doorbell closes."""
+    stdin = os.dup(0)
+    try:
+        os.close(0)
+        bell = wake._Inotify(folder)
+        assert bell.fd == 0
+        bell.close()
+        with pytest.raises(OSError):
+            os.fstat(0)
+    finally:
+        os.dup2(stdin, 0)
+        os.close(stdin)
 
 
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(
