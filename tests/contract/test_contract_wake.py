@@ -81,7 +81,7 @@ def test_a_wait_with_no_time_left_still_looks_and_returns_at_once(
         for timeout in (0.0, -1.0):
             began = time.monotonic()
             assert not waiter.wait(timeout)
-            assert time.monotonic() - began < 0.5
+            assert time.monotonic() - began < 0.9  # a wait of a second would be one for nothing
         twin.ingest("chat", "m1", "{}", T0)
         given_up = time.monotonic() + PATIENCE
         while not waiter.wait(0.0):  # seen by a look, however soon the commit lands

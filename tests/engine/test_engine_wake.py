@@ -116,7 +116,7 @@ def test_inotify_names_every_file_written_since_the_last_ring(folder: Path) -> N
     try:
         began = time.monotonic()
         assert bell.ring(0.0) == set()
-        assert time.monotonic() - began < 0.5
+        assert time.monotonic() - began < 0.9  # a wait of a second would be one for nothing
         names = {f"f{n}{'x' * (n % 37)}{'X' if n % 2 else ''}" for n in range(3000)}
         for name in names:
             (folder / name).write_bytes(b"")
