@@ -142,6 +142,17 @@ def test_inotify_that_lost_count_of_the_writes_says_so(folder: Path) -> None:
         bell.close()
 
 
+def test_a_folder_that_cannot_be_watched_is_polled_and_nothing_is_left_open(
+        tmp_path: Path) -> None:
+    def descriptors() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    bell = wake.doorbell(tmp_path / "gone", 0.25)
+    assert isinstance(bell, wake._Polling) and bell.period == 0.25
+    assert descriptors() <= before
+
+
 def test_closing_a_doorbell_twice_closes_no_other_file(folder: Path) -> None:
     """A number closed is given to the next file opened: a second close must not close
     that file, nor any other."""
