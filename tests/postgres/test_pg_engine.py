@@ -69,6 +69,16 @@ def test_a_batch_that_cannot_store_in_time_is_busy_and_stores_nothing(
     assert [e.source_id for e in impatient.events(limit=10)] == ["0"]
 
 
+def test_a_read_kept_from_its_table_is_busy_naming_the_inbox(
+        impatient: Store, pg_url: str) -> None:
+    """A read outside any transaction (the lease's one row) waits no longer than the
+    lock timeout either, and says which inbox."""
+    ingest_numbered(impatient, 1)
+    with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+        impatient.lease()
+    assert str(gave_up.value) == f"{impatient.location}: {GAVE_UP}"
+
+
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
     """The tallies the statements keep can be set again from the rows themselves (what
     a copy needs, its rows written past those statements): every state of every table."""
