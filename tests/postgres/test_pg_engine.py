@@ -1,6 +1,8 @@
-"""The PostgreSQL engine's own duties: long reads streamed in chunks from the server, its
-errors in agentbox's words, tallies rebuilt after a copy, and a shared connection left
-open by the inboxes served on it."""
+"""The PostgreSQL engine's own duties: its session as it was opened (durable or not, how
+long it waits for a lock), an open that only reads making nothing, long reads streamed
+in chunks from the server, its errors in agentbox's words, tallies rebuilt after a copy,
+its own connection closed with it and a shared one left open by the inboxes served on
+it."""
 
 from __future__ import annotations
 
@@ -8,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.errors import Busy, DatabaseError
+from agentbox.errors import Busy, DatabaseError, NoInbox
 from agentbox.ledger.store import Store
 from agentbox.location import open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
-from support.postgres import GAVE_UP, own_session, table_locked
+from support.postgres import GAVE_UP, own_session, schema_rows, table_locked
 from support.store import run, say
 
 pytestmark = pytest.mark.postgres_only
@@ -79,6 +81,35 @@ def test_a_read_kept_from_its_table_is_busy_naming_the_inbox(
     assert str(gave_up.value) == f"{impatient.location}: {GAVE_UP}"
 
 
+@pytest.mark.parametrize(("durable", "busy_timeout", "settings"), [
+    (True, None, ("on", "30s")), (False, 0.25, ("off", "250ms"))])
+def test_a_stores_session_commits_and_waits_for_locks_as_it_was_opened_to(
+        pg_url: str, durable: bool, busy_timeout: float | None,
+        settings: tuple[str, str]) -> None:
+    """A durable store's commits wait for the disk, a scratch one's do not; a lock is
+    waited for 30 s unless the store was opened to give up sooner."""
+    with open_store(pg_url, "alice", durable=durable, busy_timeout=busy_timeout) as store:
+        conn = store.engine.conn  # type: ignore[attr-defined]
+        assert (conn.execute("SHOW synchronous_commit").fetchone()[0],
+                conn.execute("SHOW lock_timeout").fetchone()[0]) == settings
+
+
+def test_opening_an_inbox_that_is_not_there_only_to_read_makes_nothing(
+        open_inbox: Opener, pg_url: str) -> None:
+    """With no schema yet, and then with another user's inbox in it: NoInbox, naming
+    what is missing, and the schema as it was."""
+    with pytest.raises(NoInbox) as missing:
+        open_store(pg_url, "alice", create=False)
+    assert str(missing.value) == f"no inbox at {pg_url}"
+    assert schema_rows(pg_url) is None
+    open_inbox("bob").ingest("hook", "1", "{}", T0)
+    before = schema_rows(pg_url)
+    with pytest.raises(NoInbox) as missing:
+        open_store(pg_url, "alice", create=False)
+    assert str(missing.value) == f"no inbox at {pg_url} (user alice)"
+    assert schema_rows(pg_url) == before
+
+
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
     """The tallies the statements keep can be set again from the rows themselves (what
     a copy needs, its rows written past those statements): every state of every table."""
@@ -110,6 +141,15 @@ def test_closing_an_inbox_served_on_a_shared_connection_leaves_it_open(
         assert inboxes.users() == ["alice", "bob"]
     finally:
         inboxes.close()
+
+
+def test_closing_a_store_closes_the_connection_it_opened(store: Store) -> None:
+    store.ingest("hook", "1", "{}", T0)
+    conn = store.engine.conn  # type: ignore[attr-defined]
+    store.close()
+    assert conn.closed
+    with pytest.raises(DatabaseError):
+        store.status()
 
 
 def test_a_transaction_of_another_engine_is_refused_by_name(

@@ -201,8 +201,8 @@ class PostgresEngine:
 
     lock_clause = " FOR NO KEY UPDATE"
 
-    def __init__(self, url: str, user: str, *, durable: bool = True,
-                 lock_timeout: float | None = None, create: bool = True) -> None:
+    def __init__(self, url: str, user: str, *, durable: bool, lock_timeout: float | None,
+                 create: bool) -> None:
         from agentbox.paths import check_user
 
         self.user = check_user(user)
