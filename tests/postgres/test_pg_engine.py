@@ -16,7 +16,7 @@ from agentbox.location import open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
-from support.postgres import GAVE_UP, own_session, schema_rows, table_locked
+from support.postgres import GAVE_UP, LOCK_TIMEOUT_S, own_session, schema_rows, table_locked
 from support.store import run, say
 
 pytestmark = pytest.mark.postgres_only
@@ -108,6 +108,28 @@ def test_opening_an_inbox_that_is_not_there_only_to_read_makes_nothing(
         open_store(pg_url, "alice", create=False)
     assert str(missing.value) == f"no inbox at {pg_url} (user alice)"
     assert schema_rows(pg_url) == before
+    with open_store(pg_url, "bob", create=False) as bob:
+        assert bob.find("hook", "1") is not None
+    assert schema_rows(pg_url) == before
+
+
+def test_opening_an_inbox_that_is_there_writes_nothing(
+        open_inbox: Opener, pg_url: str, sent: list[str]) -> None:
+    """Its row is read, not written again: an open costs no write, and takes no number
+    from the inboxes' sequence."""
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    sent.clear()
+    with open_store(pg_url, "alice"):
+        pass
+    assert [m for m in sent if "INSERT" in m.upper()] == []
+
+
+def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
+        open_inbox: Opener, pg_url: str) -> None:
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+        open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
+    assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
 
 
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
