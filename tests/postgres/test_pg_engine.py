@@ -12,7 +12,7 @@ import pytest
 
 from agentbox.errors import Busy, DatabaseError, NoInbox
 from agentbox.ledger.store import Store
-from agentbox.location import open_inboxes, open_store
+from agentbox.location import open_engine, open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
@@ -130,6 +130,20 @@ def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
     with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
         open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
     assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
+
+
+def test_a_store_whose_inbox_cannot_be_looked_up_in_time_is_busy_naming_it(
+        open_inbox: Opener, pg_url: str) -> None:
+    """The engine is open, the inboxes are then held by another session: the store made
+    on it looks its inbox's row up, and gives up after the lock timeout."""
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    engine = open_engine(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
+    try:
+        with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+            Store(engine)
+        assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
+    finally:
+        engine.close()
 
 
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
