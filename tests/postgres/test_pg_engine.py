@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from agentbox.backends.postgres import db
+from agentbox.backends.postgres.url import parse
 from agentbox.errors import Busy, DatabaseError, NoInbox
 from agentbox.ledger.store import Store
 from agentbox.location import open_engine, open_inboxes, open_store
@@ -122,6 +124,20 @@ def test_opening_an_inbox_that_is_there_writes_nothing(
     with open_store(pg_url, "alice"):
         pass
     assert [m for m in sent if "INSERT" in m.upper()] == []
+
+
+def test_an_inbox_made_by_two_openers_at_once_is_one_inbox(
+        open_inbox: Opener, pg_url: str) -> None:
+    """The second to make it finds the first one's row (their INSERTs race on the name):
+    one id, one row."""
+    open_inbox("bob").ingest("hook", "1", "{}", T0)  # the schema, made
+    with db.session(parse(pg_url)) as conn:
+        made = db.create_inbox(conn, "alice")
+        assert db.create_inbox(conn, "alice") == made
+        assert conn.execute("SELECT COUNT(*) FROM inboxes WHERE name = 'alice'"
+                            ).fetchone()[0] == 1
+    with open_store(pg_url, "alice", create=False) as alice:
+        assert alice.inbox_id == made
 
 
 def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
