@@ -19,6 +19,7 @@ from agentbox.backends.sqlite.wake import (
     SETTLE,
     Changes,
 )
+from support.clock import SleepingClock
 
 
 @pytest.fixture
@@ -70,29 +71,14 @@ def test_the_doorbell_is_inotify_here(changes: Changes) -> None:
     assert changes.notified and isinstance(changes.bell, wake._Inotify)
 
 
-class _Clock:
-    """time.monotonic and time.sleep for the wake module: a sleep moves the clock on."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    found = _Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> SleepingClock:
+    found = SleepingClock()
     monkeypatch.setattr(wake, "time", found)
     return found
 
 
-def test_without_inotify_a_look_is_due_at_once_then_every_period(clock: _Clock) -> None:
+def test_without_inotify_a_look_is_due_at_once_then_every_period(clock: SleepingClock) -> None:
     """A poll says 'anything may have changed' (None) when its look is due, sleeping
     until then; before, it says nothing changed once the caller's timeout is spent."""
     bell = wake._Polling(0.25)  # times a binary fraction can hold exactly
@@ -109,7 +95,7 @@ class _Bell:
     """A doorbell answering each ring with the next of ``answers`` at once, then, once
     they run out, with nothing after the whole timeout, on the test's clock."""
 
-    def __init__(self, clock: _Clock, *answers: set[str] | None) -> None:
+    def __init__(self, clock: SleepingClock, *answers: set[str] | None) -> None:
         self.clock, self.answers = clock, list(answers)
         self.asked: list[float] = []
 
@@ -125,7 +111,7 @@ class _Bell:
         pass
 
 
-def watched(tmp_path: Path, clock: _Clock, versions: list[int | None],
+def watched(tmp_path: Path, clock: SleepingClock, versions: list[int | None],
             *answers: set[str] | None) -> tuple[Changes, _Bell]:
     """One inbox ("inbox", its file "inbox.file") whose data_version reads are
     ``versions`` in turn (the last one for good), rung by ``answers``."""
@@ -144,7 +130,7 @@ def watched(tmp_path: Path, clock: _Clock, versions: list[int | None],
 
 
 def test_a_wait_with_no_time_left_rings_once_without_waiting(
-        tmp_path: Path, clock: _Clock) -> None:
+        tmp_path: Path, clock: SleepingClock) -> None:
     changes, bell = watched(tmp_path, clock, [7])
     assert changes.wait(0.0) == set()
     assert changes.wait(-5.0) == set()
@@ -152,7 +138,7 @@ def test_a_wait_with_no_time_left_rings_once_without_waiting(
 
 
 def test_a_ring_is_looked_at_again_soon_until_its_commit_shows(
-        tmp_path: Path, clock: _Clock) -> None:
+        tmp_path: Path, clock: SleepingClock) -> None:
     """The commit rung for is not visible at the first look: the next ring waits only
     until the next look, not for the whole wait or the safety look."""
     changes, bell = watched(tmp_path, clock, [7, 7, 8], {"inbox.file"})
@@ -162,14 +148,14 @@ def test_a_ring_is_looked_at_again_soon_until_its_commit_shows(
 
 
 def test_a_ring_that_names_no_file_has_every_inbox_looked_at_at_once(
-        tmp_path: Path, clock: _Clock) -> None:
+        tmp_path: Path, clock: SleepingClock) -> None:
     changes, bell = watched(tmp_path, clock, [7, 8], None)
     assert changes.wait(10.0) == {"inbox"}
     assert bell.asked == [SAFETY] and clock.now == 100.0
 
 
 def test_with_no_ring_every_inbox_is_looked_at_every_safety_period_until_the_deadline(
-        tmp_path: Path, clock: _Clock) -> None:
+        tmp_path: Path, clock: SleepingClock) -> None:
     """A lost notification costs a delay, never a missed change; and the wait ends at
     its deadline, to the tick."""
     changes, bell = watched(tmp_path, clock, [7])
