@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 
 from agentbox.backends.postgres import db, schema
 from agentbox.backends.postgres.url import parse
-from agentbox.errors import DatabaseError
-from support.postgres import schema_rows
+from agentbox.errors import Busy, DatabaseError
+from support.postgres import GAVE_UP, LOCK_TIMEOUT_S, schema_rows
 
 pytestmark = pytest.mark.postgres_only
 BROKEN = ("CREATE TABLE extra (x integer)", "INSERT INTO no_such_table VALUES (1)")
@@ -56,3 +57,22 @@ def test_a_failing_later_migration_is_rolled_back_whole(
     after = schema_rows(pg_url)
     assert after is not None and after["extra"] == ['{"x":1}']  # ran once
     assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 2))
+
+
+def test_a_migration_waits_for_another_of_the_same_schema_only(pg_url: str) -> None:
+    """The schema's migration lock held by another session (a process making the same
+    schema): an opener of a new schema waits for it, Busy after its lock timeout, having
+    made nothing; the lock of another schema's migration keeps nobody out."""
+    target = parse(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s, hashtext(%s))",
+                      (db._MIGRATION_LOCK, target.schema))
+        with pytest.raises(Busy) as gave_up:
+            db.connect(target, lock_timeout=LOCK_TIMEOUT_S)
+        assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
+        assert schema_rows(pg_url) is None
+        other.execute("SELECT pg_advisory_unlock_all()")
+        other.execute("SELECT pg_advisory_lock(%s, hashtext(%s))",
+                      (db._MIGRATION_LOCK, f"{target.schema}_other"))
+        db.connect(target, lock_timeout=LOCK_TIMEOUT_S).close()
+    assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 1))
