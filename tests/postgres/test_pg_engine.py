@@ -84,16 +84,29 @@ def test_a_read_kept_from_its_table_is_busy_naming_the_inbox(
 
 
 @pytest.mark.parametrize(("durable", "busy_timeout", "settings"), [
-    (True, None, ("on", "30s")), (False, 0.25, ("off", "250ms"))])
+    (True, None, ("on", "30s")), (False, 0.25, ("off", "250ms")), (True, 0, ("on", "1ms"))])
 def test_a_stores_session_commits_and_waits_for_locks_as_it_was_opened_to(
         pg_url: str, durable: bool, busy_timeout: float | None,
         settings: tuple[str, str]) -> None:
     """A durable store's commits wait for the disk, a scratch one's do not; a lock is
-    waited for 30 s unless the store was opened to give up sooner."""
+    waited for 30 s unless the store was opened to give up sooner (at once: a
+    millisecond, as PostgreSQL's 0 would wait for ever)."""
     with open_store(pg_url, "alice", durable=durable, busy_timeout=busy_timeout) as store:
         conn = store.engine.conn  # type: ignore[attr-defined]
         assert (conn.execute("SHOW synchronous_commit").fetchone()[0],
                 conn.execute("SHOW lock_timeout").fetchone()[0]) == settings
+
+
+def test_a_session_names_itself_and_ends_a_transaction_left_idle(pg_url: str) -> None:
+    """The server lists it as agentbox's (unless the URL names it otherwise) and ends it
+    if it stays inside a transaction for 15 s, freeing the inbox's lock; it works in
+    the URL's schema."""
+    target = parse(pg_url)
+    for url, name in ((pg_url, "agentbox"), (f"{pg_url}&application_name=pool%201", "pool 1")):
+        with db.session(parse(url)) as conn:
+            shown = [conn.execute(f"SHOW {setting}").fetchone()[0] for setting in (
+                "application_name", "idle_in_transaction_session_timeout", "search_path")]
+            assert shown == [name, "15s", target.schema]
 
 
 def test_opening_an_inbox_that_is_not_there_only_to_read_makes_nothing(
