@@ -76,3 +76,34 @@ def test_a_migration_waits_for_another_of_the_same_schema_only(pg_url: str) -> N
                       (db._MIGRATION_LOCK, f"{target.schema}_other"))
         db.connect(target, lock_timeout=LOCK_TIMEOUT_S).close()
     assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 1))
+
+
+def refusal(url: str) -> str:
+    """What opening the schema ``url`` names says, having left it as it was."""
+    before = schema_rows(url)
+    with pytest.raises(DatabaseError) as refused:
+        db.connect(parse(url))
+    assert schema_rows(url) == before
+    return str(refused.value)
+
+
+def test_a_schema_made_by_a_newer_agentbox_is_refused_word_for_word(pg_url: str) -> None:
+    """Before anything is written to it, in words saying what to do."""
+    target = parse(pg_url)
+    db.connect(target).close()
+    newer = schema.SCHEMA_VERSION + 1
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{target.schema}".migrations VALUES ({newer}, 0)')
+    assert refusal(pg_url) == (
+        f"{pg_url}: schema {target.schema} was made by a newer agentbox (schema {newer}, "
+        f"this one knows up to {schema.SCHEMA_VERSION}); upgrade agentbox to use it")
+
+
+def test_a_schema_holding_tables_of_its_own_is_not_taken_for_agentboxs(pg_url: str) -> None:
+    target = parse(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {target.schema}")
+        conn.execute(f"CREATE TABLE {target.schema}.orders (id integer)")
+    assert refusal(pg_url) == (
+        f"{pg_url}: schema {target.schema} holds tables, but not an agentbox database; "
+        "pick another with ?schema=")
