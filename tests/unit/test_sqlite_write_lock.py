@@ -1,17 +1,20 @@
 """How an SQLite writer waits for the file's write lock (take_write_lock): a try at once,
 then after pauses from 50 µs doubling to 2 ms, each drawn between half and one and a half
-of it, for as long as the busy timeout allows. Pinned on a clock of the test's own,
-against a connection whose lock is taken as often as the test says."""
+of it, for as long as the busy timeout allows; and how a new file's switch to WAL waits
+out another's. Pinned on a clock of the test's own, against a connection whose lock is
+taken as often as the test says."""
 
 from __future__ import annotations
 
 import random
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentbox.backends.sqlite import db
+from agentbox.errors import DatabaseError
 from support.clock import SleepingClock
 
 STATEMENT = "INSERT INTO t VALUES (1) RETURNING 1"
@@ -119,4 +122,60 @@ def test_the_last_try_comes_at_the_busy_timeout_itself(
     conn = _Taken(clock, -1)
     with pytest.raises(sqlite3.OperationalError):
         db.take_write_lock(conn, STATEMENT)  # type: ignore[arg-type]
+    assert len(conn.tried) == 9 and conn.tried[-1] == budget
+
+
+# -- switching a new file to WAL, which SQLite answers busy at once when two race ----------
+
+class _Converting:
+    """A connection whose switch to WAL finds the file busy ``times`` times (for ever: -1),
+    then answers ``mode``."""
+
+    def __init__(self, clock: SleepingClock, times: int, mode: str = "wal") -> None:
+        self.clock, self.times, self.mode = clock, times, mode
+        self.tried: list[float] = []
+
+    def execute(self, sql: str) -> _Converting:
+        assert sql == "PRAGMA journal_mode=WAL"
+        self.tried.append(self.clock.now)
+        if self.times:
+            self.times -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return self
+
+    def fetchone(self) -> tuple[str]:
+        return (self.mode,)
+
+
+def test_a_switch_to_wal_waits_out_another_in_pauses_doubling_from_1_to_50_ms(
+        clock: SleepingClock) -> None:
+    db._enable_wal(_Converting(clock, 8), Path("inbox.sqlite3"))  # type: ignore[arg-type]
+    assert clock.slept == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05,
+                                         0.05])
+
+
+def test_a_switch_to_wal_gives_up_at_the_busy_timeout(clock: SleepingClock) -> None:
+    conn = _Converting(clock, -1)
+    with pytest.raises(sqlite3.OperationalError, match=r"^database is locked$"):
+        db._enable_wal(conn, Path("inbox.sqlite3"))  # type: ignore[arg-type]
+    assert conn.tried[-2] < db.BUSY_TIMEOUT_S <= conn.tried[-1]
+
+
+def test_a_file_that_will_not_take_wal_is_refused_by_name(clock: SleepingClock) -> None:
+    with pytest.raises(DatabaseError) as refused:
+        db._enable_wal(_Converting(clock, 0, "delete"), Path("inbox.sqlite3"))  # type: ignore[arg-type]
+    assert str(refused.value) == "inbox.sqlite3: cannot switch the database to WAL mode"
+    db._enable_wal(_Converting(clock, 0, "WAL"), Path("inbox.sqlite3"))  # type: ignore[arg-type]
+
+
+def test_a_switch_to_wal_tries_last_at_the_busy_timeout_itself(
+        clock: SleepingClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    budget, pause = 0.0, 0.001
+    for _ in range(8):
+        budget += pause
+        pause = min(pause * 2, 0.05)
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", budget)
+    conn = _Converting(clock, -1)
+    with pytest.raises(sqlite3.OperationalError):
+        db._enable_wal(conn, Path("inbox.sqlite3"))  # type: ignore[arg-type]
     assert len(conn.tried) == 9 and conn.tried[-1] == budget
