@@ -166,6 +166,13 @@ def test_a_file_behind_a_folder_it_may_not_enter_is_refused(
     assert said == "inbox.sqlite3: permission denied"
 
 
+def test_an_inbox_under_a_file_instead_of_a_folder_cannot_be_made_and_says_why(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("a file, not a folder")
+    path = tmp_path / "notes" / "inbox.sqlite3"
+    assert opening_says(path) == f"{path}: cannot create the database: Not a directory"
+
+
 def test_a_file_this_process_may_not_look_at_is_refused_by_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The refusal above, met in this process (a root run meets it in a child, where
