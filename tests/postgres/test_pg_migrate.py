@@ -87,13 +87,19 @@ def refusal(url: str) -> str:
     return str(refused.value)
 
 
-def test_a_schema_made_by_a_newer_agentbox_is_refused_word_for_word(pg_url: str) -> None:
-    """Before anything is written to it, in words saying what to do."""
+@pytest.mark.parametrize("seen", ["before", "under the lock"])
+def test_a_schema_made_by_a_newer_agentbox_is_refused_word_for_word(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch, seen: str) -> None:
+    """Before anything is written to it, in words saying what to do: whether its version
+    was read at once, or only under the migration lock (a newer agentbox made the schema
+    while this one was about to)."""
     target = parse(pg_url)
     db.connect(target).close()
     newer = schema.SCHEMA_VERSION + 1
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
         conn.execute(f'INSERT INTO "{target.schema}".migrations VALUES ({newer}, 0)')
+    if seen == "under the lock":
+        monkeypatch.setattr(db, "_version", lambda conn: None)  # no schema yet, at first
     assert refusal(pg_url) == (
         f"{pg_url}: schema {target.schema} was made by a newer agentbox (schema {newer}, "
         f"this one knows up to {schema.SCHEMA_VERSION}); upgrade agentbox to use it")
