@@ -21,7 +21,7 @@ from agentbox.location import open_inboxes
 from agentbox.rules.timers import TimerSpec
 from support.clock import T0, TTL
 from support.fixtures import Opener
-from support.store import POLICY, break_inbox
+from support.store import POLICY, break_inbox, place_snapshot
 
 PATIENCE = 30.0  # seconds: a wait that should end at once may take this long on a busy machine
 
@@ -39,6 +39,27 @@ def test_a_place_with_no_inbox_lists_none_and_serves_none(inboxes: Inboxes) -> N
     with pytest.raises(DatabaseError, match="alice"):
         inboxes.store("alice")
     assert inboxes.failures() == {}
+
+
+def test_looking_at_a_place_with_no_inbox_makes_nothing_there(
+        inboxes: Inboxes, place: str) -> None:
+    """A pool started before any inbox exists lists, schedules and fails nothing, and
+    leaves the place as it found it: the first write makes the inbox, not a look."""
+    assert place_snapshot(place) is None
+    assert (inboxes.users(), inboxes.next_work(T0, []), inboxes.failures()) == ([], {}, {})
+    assert place_snapshot(place) is None
+
+
+def test_the_place_is_named_as_given_and_named_by_a_refusal(
+        inboxes: Inboxes, open_inbox: Opener, place: str) -> None:
+    """The pool says which place it serves (a URL as given, having no password to hide)
+    and a store asked of a user with no inbox there names the place."""
+    open_inbox("alice").ingest("chat", "m1", "{}", T0)
+    assert inboxes.location == place
+    with pytest.raises(DatabaseError) as refused:
+        inboxes.store("dave")
+    assert str(refused.value).startswith(place)
+    assert "dave" in str(refused.value)
 
 
 def test_every_user_with_an_inbox_is_listed_in_order(

@@ -7,6 +7,7 @@ restored inbox here is a file, made from this backend's backup.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +37,7 @@ def restored(store: Store, folder: Path, now: int) -> Iterator[tuple[Store, Rest
 
 def test_an_inbox_s_keys_start_with_its_instance_id(backend: Store, twin: Store) -> None:
     instance = backend.instance_id()  # made by the first call, even before a write
-    assert isinstance(instance, str) and instance
+    assert re.fullmatch(r"[0-9a-f]{12}", instance)  # six random bytes: short, in every key
     assert twin.instance_id() == instance  # the inbox's, not the connection's
     assert backend.key_prefix() == instance  # no restore yet
     ids = [backend.ingest("chat", f"m{n}", "{}", T0).id for n in range(3)]

@@ -70,3 +70,27 @@ def test_a_change_before_the_wait_returns_at_once(backend: Store, twin: Store) -
         assert not waiter.wait(0.2)  # and it counts once
     finally:
         waiter.close()
+
+
+def test_a_wait_with_no_time_left_still_looks_and_returns_at_once(
+        backend: Store, twin: Store) -> None:
+    """A caller too busy to sleep asks with a timeout of 0 (or less, its deadline passed):
+    it learns of a change made meanwhile, and is never kept waiting for nothing."""
+    def timed(timeout: float) -> tuple[bool, float]:
+        began = time.monotonic()
+        return waiter.wait(timeout), time.monotonic() - began
+
+    waiter = backend.waiter()
+    try:
+        for timeout in (0.0, -1.0):
+            found, took = timed(timeout)
+            assert not found
+            assert took < 0.9  # a wait of a second would be one for nothing
+        twin.ingest("chat", "m1", "{}", T0)
+        given_up = time.monotonic() + PATIENCE
+        while not (done := timed(0.0))[0]:  # seen by a look, however soon the commit lands
+            assert time.monotonic() < given_up
+            time.sleep(0.01)
+        assert done[1] < 0.9  # the change found, the wait returns with it
+    finally:
+        waiter.close()

@@ -167,6 +167,31 @@ def test_a_file_behind_a_folder_it_may_not_enter_is_refused(
     assert said == "inbox.sqlite3: permission denied"
 
 
+def test_an_inbox_under_a_file_instead_of_a_folder_cannot_be_made_and_says_why(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("a file, not a folder")
+    path = tmp_path / "notes" / "inbox.sqlite3"
+    assert opening_says(path) == f"{path}: cannot create the database: Not a directory"
+
+
+def test_a_file_this_process_may_not_look_at_is_refused_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal above, met in this process (a root run meets it in a child, where
+    no test of this process's code can see it): the file is there, its status cannot be
+    read."""
+    path = tmp_path / "inbox.sqlite3"
+    sqlite_store(path).close()
+    look = os.stat
+
+    def refused(target: object, *args: object, **kwargs: object) -> os.stat_result:
+        if os.fspath(target) == os.fspath(path):  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", str(target))
+        return look(target, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", refused)
+    assert opening_says(path) == f"{path}: permission denied"
+
+
 def test_an_inbox_others_may_read_keeps_its_mode(tmp_path: Path) -> None:
     """Only an empty file is made private as it becomes an inbox: a file with anything in
     it is SQLite's to read, and its mode is its owner's business."""

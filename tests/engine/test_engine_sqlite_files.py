@@ -195,6 +195,18 @@ def test_an_inbox_replaced_inside_a_group_is_reopened_once_it_ends(
     assert keys(store) == ["new"]
 
 
+def test_a_group_inside_a_group_is_refused_and_the_first_goes_on(store: Store) -> None:
+    """One transaction per connection: a second group would be a savepoint of the first,
+    committed with it whatever it was told."""
+    with engine_of(store).group():
+        with pytest.raises(RuntimeError, match=r"^a group is open on this connection already$"), \
+                engine_of(store).group():
+            pass  # pragma: no cover - refused before it begins
+        assert store.ingest("hook", "in-group", "{}", T0).outcome == "stored"
+        assert engine_of(store)._grouped  # type: ignore[attr-defined]
+    assert keys(store) == ["in-group"]
+
+
 def test_a_removed_inbox_is_not_reopened(store: Store) -> None:
     """No file at the path is no replacement: the open file goes on, and nothing is made."""
     store.ingest("hook", "old", "{}", T0)

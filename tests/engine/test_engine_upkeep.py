@@ -109,7 +109,10 @@ def test_a_healthy_file_says_why_each_check_passed(store: Store) -> None:
     found = checks_of(store)
     assert found["integrity"] == (True, "quick_check found no damage")
     assert found["schema"] == (True, f"version {SCHEMA_VERSION}, every migration recorded")
-    assert found["permissions"][0] and found["wal"][0]
+    log = os.path.getsize(f"{store.location}-wal")
+    assert log > 0
+    assert found["wal"] == (True, f"write-ahead log is {log:,} bytes")
+    assert found["permissions"][0]
     assert list(found) == ["integrity", "schema", "permissions", "wal"]
 
 
@@ -145,20 +148,23 @@ def test_a_migration_missing_from_the_record_fails_the_schema_check(store: Store
 def test_an_unreadable_record_of_migrations_fails_the_schema_check(store: Store) -> None:
     conn = conn_of(store)
     conn.execute("ALTER TABLE migrations RENAME TO migrations_gone")
-    ok, detail = checks_of(store)["schema"]
-    assert not ok and detail.startswith("cannot read the schema version: ")
+    assert checks_of(store)["schema"] == (
+        False, "cannot read the schema version: no such table: migrations")
 
 
-def quick_check(rows: list[str]) -> sqlite3.Connection:
-    """A connection whose ``PRAGMA quick_check`` answers ``rows``: damage of several kinds
-    at once is not made to order in a real file."""
+def quick_check(rows: list[str] | sqlite3.DatabaseError) -> sqlite3.Connection:
+    """A connection whose ``PRAGMA quick_check`` answers ``rows``, or fails with that
+    error: damage of several kinds at once is not made to order in a real file."""
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE answer (line TEXT)")
-    conn.executemany("INSERT INTO answer VALUES (?)", [(r,) for r in rows])
+    if isinstance(rows, list):
+        conn.executemany("INSERT INTO answer VALUES (?)", [(r,) for r in rows])
 
     class Answering(sqlite3.Connection):
         def execute(self, sql: str, *args: object) -> sqlite3.Cursor:  # type: ignore[override]
             if sql == "PRAGMA quick_check":
+                if isinstance(rows, sqlite3.DatabaseError):
+                    raise rows
                 return conn.execute("SELECT line FROM answer ORDER BY rowid")
             return conn.execute(sql, *args)  # type: ignore[arg-type]
 
@@ -172,6 +178,14 @@ def test_damage_is_shown_up_to_three_problems_and_their_number() -> None:
     assert many.detail == "problem 1; problem 2; problem 3; … (5 problems)"
     three = upkeep.checks(quick_check(["a", "b", "c"]), ":memory:")[0]
     assert three.detail == "a; b; c"
+    four = upkeep.checks(quick_check(["a", "b", "c", "d"]), ":memory:")[0]
+    assert four.detail == "a; b; c; … (4 problems)"
+
+
+def test_a_quick_check_that_cannot_finish_fails_the_integrity_check_saying_why() -> None:
+    failed = sqlite3.DatabaseError("database disk image is malformed")
+    assert upkeep.checks(quick_check(failed), ":memory:")[0] == (
+        "integrity", False, "quick_check could not finish: database disk image is malformed")
 
 
 def test_a_corrupt_page_fails_the_integrity_check(store: Store, open_inbox: Opener) -> None:

@@ -2,44 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agentbox.backends.sqlite import wake
 from agentbox.backends.sqlite.inboxes import SqliteInboxes, user_of
+from agentbox.errors import DatabaseError
 from support.clock import T0
 from support.sqlite import sqlite_store
 
 PATIENCE = 30.0
 
 
+def _no_inotify(folder: Path) -> None:
+    raise OSError("no inotify here")
+
+
 @pytest.fixture(params=["inotify", "polling"])
 def bell(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test runs with inotify, and again as on a system without it."""
     if request.param == "polling":
-        def refuse(folder: Path) -> None:
-            raise OSError("no inotify here")
-
-        monkeypatch.setattr(wake, "_Inotify", refuse)
+        monkeypatch.setattr(wake, "_Inotify", _no_inotify)
     return str(request.param)
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    path = tmp_path / "inboxes"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def inboxes(folder: Path) -> Iterator[SqliteInboxes]:
-    found = SqliteInboxes(folder)
-    yield found
-    found.close()
 
 
 def later(seconds: float, action: Callable[[], object]) -> threading.Timer:
@@ -68,6 +58,133 @@ def test_a_commit_wakes_the_waiter_once_it_is_visible(bell: str, folder: Path) -
                 assert mine.status().events["pending"] == n + 1
         finally:
             waiter.close()
+
+
+def test_a_commit_wakes_the_waiter_by_its_ring_not_at_the_safety_look(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inotify names the file written: a commit to the inbox's log is the inbox's own, and
+    wakes the waiter soon after, not at the look every SAFETY seconds that would find it
+    all the same (put out of reach here)."""
+    monkeypatch.setattr(wake, "SAFETY", 3600.0)
+    path = folder / "alice.sqlite3"
+    with sqlite_store(path) as mine, sqlite_store(path) as theirs:
+        waiter = mine.waiter()
+        try:
+            assert waiter.changes.notified  # type: ignore[attr-defined]
+            timer = later(0.1, lambda: theirs.ingest("chat", "m1", "{}", T0))
+            assert waiter.wait(10.0)
+            timer.join()
+        finally:
+            waiter.close()
+
+
+def test_a_waiter_whose_inbox_cannot_be_read_names_it(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The look that confirms a change fails in agentbox's words, naming the inbox."""
+    monkeypatch.setattr(wake, "_Inotify", _no_inotify)  # a look at once, at the first poll
+    path = folder / "alice.sqlite3"
+    store = sqlite_store(path)
+    waiter = store.waiter()
+    store.close()
+    try:
+        with pytest.raises(DatabaseError) as failed:
+            waiter.wait(PATIENCE)
+        assert str(failed.value) == (f"{path}: database error: Cannot operate on a "
+                                     "closed database.")
+    finally:
+        waiter.close()
+
+
+def test_without_inotify_the_folder_is_polled_less_often_the_more_inboxes_it_holds(
+        folder: Path, inboxes: SqliteInboxes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each poll reads every inbox: 2 ms of period per inbox, and never under POLL."""
+    monkeypatch.setattr(wake, "_Inotify", _no_inotify)
+    periods = {}
+    for count in (1, 25, 50):
+        monkeypatch.setattr(inboxes, "users", lambda n=count: [f"u{i}" for i in range(n)])
+        waiter = inboxes.waiter()
+        periods[count] = waiter.changes.bell.period  # type: ignore[union-attr]
+        waiter.close()
+    assert wake.POLL == 0.05
+    assert periods == {1: 0.05, 25: 0.05, 50: pytest.approx(0.1)}
+
+
+def test_inotify_names_every_file_written_since_the_last_ring(folder: Path) -> None:
+    """Names of every length, and more of them than one read of the queue takes (64 KiB):
+    a busy folder's every file is told, and a ring with no time left waits for none."""
+    bell = wake._Inotify(folder)
+    try:
+        began = time.monotonic()
+        assert bell.ring(0.0) == set()
+        assert time.monotonic() - began < 0.9  # a wait of a second would be one for nothing
+        names = {f"f{n}{'x' * (n % 37)}{'X' if n % 2 else ''}" for n in range(3000)}
+        for name in names:
+            (folder / name).write_bytes(b"")
+        assert bell.ring(0.0) == names
+        assert bell.ring(0.0) == set()
+    finally:
+        bell.close()
+
+
+def test_inotify_that_lost_count_of_the_writes_says_so(folder: Path) -> None:
+    """More writes than the kernel queues for a ring: the names are lost, and the ring
+    says so (None: look at everything), once."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 100_000:
+        pytest.skip(f"the kernel queues {limit} events: too many files to write")
+    bell = wake._Inotify(folder)
+    try:
+        for n in range(limit + 1):
+            (folder / f"f{n}").write_bytes(b"")
+        assert bell.ring(0.0) is None
+        assert bell.ring(0.0) == set()
+    finally:
+        bell.close()
+
+
+def test_a_folder_that_cannot_be_watched_is_polled_and_nothing_is_left_open(
+        tmp_path: Path) -> None:
+    def descriptors() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    bell = wake.doorbell(tmp_path / "gone", 0.25)
+    assert isinstance(bell, wake._Polling) and bell.period == 0.25
+    assert descriptors() <= before
+
+
+def test_closing_a_doorbell_twice_closes_no_other_file(folder: Path) -> None:
+    """A number closed is given to the next file opened: a second close must not close
+    that file, nor any other."""
+    bell = wake._Inotify(folder)
+    bell.close()
+    kept = os.dup(1)  # standard output, put back should the second close take it
+    reader, writer = os.pipe()  # takes the number the doorbell had
+    try:
+        bell.close()
+        os.fstat(reader)
+        os.fstat(1)
+    finally:
+        os.dup2(kept, 1)
+        for fd in (kept, reader, writer):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def test_a_doorbell_given_descriptor_0_closes_it(folder: Path) -> None:
+    """A watcher started with its standard input closed gets number 0 for its doorbell,
+    which is a file like any other when the doorbell closes."""
+    stdin = os.dup(0)
+    try:
+        os.close(0)
+        bell = wake._Inotify(folder)
+        assert bell.fd == 0
+        bell.close()
+        with pytest.raises(OSError):
+            os.fstat(0)
+    finally:
+        os.dup2(stdin, 0)
+        os.close(stdin)
 
 
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_waiter(

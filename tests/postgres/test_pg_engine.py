@@ -1,6 +1,8 @@
-"""The PostgreSQL engine's own duties: long reads streamed in chunks from the server, its
-errors in agentbox's words, tallies rebuilt after a copy, and a shared connection left
-open by the inboxes served on it."""
+"""The PostgreSQL engine's own duties: its session as it was opened (durable or not, how
+long it waits for a lock), an open that only reads making nothing, long reads streamed
+in chunks from the server, its errors in agentbox's words, tallies rebuilt after a copy,
+its own connection closed with it and a shared one left open by the inboxes served on
+it."""
 
 from __future__ import annotations
 
@@ -8,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from agentbox.errors import Busy, DatabaseError
+from agentbox.backends.postgres import db
+from agentbox.backends.postgres.url import parse
+from agentbox.errors import Busy, DatabaseError, NoInbox
 from agentbox.ledger.store import Store
-from agentbox.location import open_inboxes, open_store
+from agentbox.location import open_engine, open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
-from support.postgres import GAVE_UP, own_session, table_locked
+from support.postgres import GAVE_UP, LOCK_TIMEOUT_S, own_session, schema_rows, table_locked
 from support.store import run, say
 
 pytestmark = pytest.mark.postgres_only
@@ -69,6 +73,108 @@ def test_a_batch_that_cannot_store_in_time_is_busy_and_stores_nothing(
     assert [e.source_id for e in impatient.events(limit=10)] == ["0"]
 
 
+def test_a_read_kept_from_its_table_is_busy_naming_the_inbox(
+        impatient: Store, pg_url: str) -> None:
+    """A read outside any transaction (the lease's one row) waits no longer than the
+    lock timeout either, and says which inbox."""
+    ingest_numbered(impatient, 1)
+    with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+        impatient.lease()
+    assert str(gave_up.value) == f"{impatient.location}: {GAVE_UP}"
+
+
+@pytest.mark.parametrize(("durable", "busy_timeout", "settings"), [
+    (True, None, ("on", "30s")), (False, 0.25, ("off", "250ms")), (True, 0, ("on", "1ms"))])
+def test_a_stores_session_commits_and_waits_for_locks_as_it_was_opened_to(
+        pg_url: str, durable: bool, busy_timeout: float | None,
+        settings: tuple[str, str]) -> None:
+    """A durable store's commits wait for the disk, a scratch one's do not; a lock is
+    waited for 30 s unless the store was opened to give up sooner (at once: a
+    millisecond, as PostgreSQL's 0 would wait for ever)."""
+    with open_store(pg_url, "alice", durable=durable, busy_timeout=busy_timeout) as store:
+        conn = store.engine.conn  # type: ignore[attr-defined]
+        assert (conn.execute("SHOW synchronous_commit").fetchone()[0],
+                conn.execute("SHOW lock_timeout").fetchone()[0]) == settings
+
+
+def test_a_session_names_itself_and_ends_a_transaction_left_idle(pg_url: str) -> None:
+    """The server lists it as agentbox's (unless the URL names it otherwise) and ends it
+    if it stays inside a transaction for 15 s, freeing the inbox's lock; it works in
+    the URL's schema."""
+    target = parse(pg_url)
+    for url, name in ((pg_url, "agentbox"), (f"{pg_url}&application_name=pool%201", "pool 1")):
+        with db.session(parse(url)) as conn:
+            shown = [conn.execute(f"SHOW {setting}").fetchone()[0] for setting in (
+                "application_name", "idle_in_transaction_session_timeout", "search_path")]
+            assert shown == [name, "15s", target.schema]
+
+
+def test_opening_an_inbox_that_is_not_there_only_to_read_makes_nothing(
+        open_inbox: Opener, pg_url: str) -> None:
+    """With no schema yet, and then with another user's inbox in it: NoInbox, naming
+    what is missing, and the schema as it was."""
+    with pytest.raises(NoInbox) as missing:
+        open_store(pg_url, "alice", create=False)
+    assert str(missing.value) == f"no inbox at {pg_url}"
+    assert schema_rows(pg_url) is None
+    open_inbox("bob").ingest("hook", "1", "{}", T0)
+    before = schema_rows(pg_url)
+    with pytest.raises(NoInbox) as missing:
+        open_store(pg_url, "alice", create=False)
+    assert str(missing.value) == f"no inbox at {pg_url} (user alice)"
+    assert schema_rows(pg_url) == before
+    with open_store(pg_url, "bob", create=False) as bob:
+        assert bob.find("hook", "1") is not None
+    assert schema_rows(pg_url) == before
+
+
+def test_opening_an_inbox_that_is_there_writes_nothing(
+        open_inbox: Opener, pg_url: str, sent: list[str]) -> None:
+    """Its row is read, not written again: an open costs no write, and takes no number
+    from the inboxes' sequence."""
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    sent.clear()
+    with open_store(pg_url, "alice"):
+        pass
+    assert [m for m in sent if "INSERT" in m.upper()] == []
+
+
+def test_an_inbox_made_by_two_openers_at_once_is_one_inbox(
+        open_inbox: Opener, pg_url: str) -> None:
+    """The second to make it finds the first one's row (their INSERTs race on the name):
+    one id, one row."""
+    open_inbox("bob").ingest("hook", "1", "{}", T0)  # the schema, made
+    with db.session(parse(pg_url)) as conn:
+        made = db.create_inbox(conn, "alice")
+        assert db.create_inbox(conn, "alice") == made
+        assert conn.execute("SELECT COUNT(*) FROM inboxes WHERE name = 'alice'"
+                            ).fetchone()[0] == 1
+    with open_store(pg_url, "alice", create=False) as alice:
+        assert alice.inbox_id == made
+
+
+def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
+        open_inbox: Opener, pg_url: str) -> None:
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+        open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
+    assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
+
+
+def test_a_store_whose_inbox_cannot_be_looked_up_in_time_is_busy_naming_it(
+        open_inbox: Opener, pg_url: str) -> None:
+    """The engine is open, the inboxes are then held by another session: the store made
+    on it looks its inbox's row up, and gives up after the lock timeout."""
+    open_inbox("alice").ingest("hook", "1", "{}", T0)
+    engine = open_engine(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
+    try:
+        with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
+            Store(engine)
+        assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
+    finally:
+        engine.close()
+
+
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
     """The tallies the statements keep can be set again from the rows themselves (what
     a copy needs, its rows written past those statements): every state of every table."""
@@ -100,6 +206,15 @@ def test_closing_an_inbox_served_on_a_shared_connection_leaves_it_open(
         assert inboxes.users() == ["alice", "bob"]
     finally:
         inboxes.close()
+
+
+def test_closing_a_store_closes_the_connection_it_opened(store: Store) -> None:
+    store.ingest("hook", "1", "{}", T0)
+    conn = store.engine.conn  # type: ignore[attr-defined]
+    store.close()
+    assert conn.closed
+    with pytest.raises(DatabaseError):
+        store.status()
 
 
 def test_a_transaction_of_another_engine_is_refused_by_name(

@@ -93,13 +93,18 @@ def test_nothing_is_sent_after_a_transactions_last_statement(
     assert noted_rows(store) == [("0", "noted", "a")] and idle(store)
 
 
-def test_a_statement_after_the_last_is_refused_not_committed_alone(store: Store) -> None:
+@pytest.mark.parametrize("after", ["write", "read"])
+def test_a_statement_after_the_last_is_refused_not_committed_alone(
+        store: Store, after: str) -> None:
     """After its last statement the transaction is over: a write queued then would go
-    out on its own, outside it."""
+    out on its own, outside it, and a read would see what it did from outside it."""
     with pytest.raises(AssertionError, match=r"^a statement after the transaction's last$"), \
             store._write() as tx:
         tx.last("SELECT 1")
-        tx.many(history._INSERT, NOTED[:1])
+        if after == "write":
+            tx.many(history._INSERT, NOTED[:1])
+        else:
+            tx.rows("SELECT COUNT(*) FROM history WHERE inbox_id = :box")
     assert noted_rows(store) == [] and idle(store)
 
 

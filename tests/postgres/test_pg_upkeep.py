@@ -6,9 +6,11 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from agentbox.backends.postgres import upkeep
 from agentbox.backends.postgres.schema import SCHEMA_VERSION
 from agentbox.backends.postgres.url import parse
 from agentbox.ledger.store import Store
+from agentbox.rules.health import Check
 from support.clock import T0
 
 pytestmark = pytest.mark.postgres_only
@@ -70,3 +72,23 @@ def test_a_schema_of_another_version_fails_the_schema_check(store: Store, pg_url
     assert checks_of(store)["schema"] == (
         False, f"version {SCHEMA_VERSION} with migrations {applied[1:]}; "
                f"this agentbox expects {SCHEMA_VERSION}")
+
+
+class _Settings:
+    """A reader answering the checks' one query with a server's settings as given:
+    this server's data checksums cannot be turned on for a test."""
+
+    def __init__(self, checksums: str) -> None:
+        self.row = (checksums, SCHEMA_VERSION, list(range(1, SCHEMA_VERSION + 1)), None)
+
+    def one(self, sql: str, /, **params: object) -> tuple[object, ...]:
+        return self.row
+
+
+@pytest.mark.parametrize("checksums", ["on", "off"])
+def test_the_integrity_check_says_whether_the_server_checksums_its_pages(
+        checksums: str) -> None:
+    [integrity, *_] = upkeep.checks(_Settings(checksums))  # type: ignore[arg-type]
+    assert integrity == Check("integrity", True, "the server keeps its pages whole (data "
+                                                 f"checksums {checksums}); damage shows as "
+                                                 "an error")

@@ -79,8 +79,10 @@ def test_a_dropped_listening_connection_wakes_the_waiter_and_is_opened_again(
         assert time.monotonic() - began < PATIENCE / 2
         assert waiter.listener.conn.info.backend_pid != listening  # type: ignore[attr-defined]
         assert not waiter.wait(0.2)
-        threading.Timer(0.3, lambda: twin.ingest("chat", "m1", "{}", T0)).start()
+        ingest = threading.Timer(0.3, lambda: twin.ingest("chat", "m1", "{}", T0))
+        ingest.start()
         assert waiter.wait(PATIENCE)  # the new connection listens
+        ingest.join()  # woken by the commit, before the ingest is back: twin is closed next
     finally:
         waiter.close()
 
@@ -93,8 +95,10 @@ def test_a_pool_whose_listening_connection_dropped_looks_at_every_inbox(
     try:
         drop_session(pg_url, waiter.listener.conn.info.backend_pid)  # type: ignore[attr-defined]
         assert waiter.wait(PATIENCE) is None  # which inboxes changed meanwhile is unknown
-        threading.Timer(0.3, lambda: alice.ingest("chat", "m1", "{}", T0)).start()
+        ingest = threading.Timer(0.3, lambda: alice.ingest("chat", "m1", "{}", T0))
+        ingest.start()
         assert waiter.wait(PATIENCE) == {"alice"}
+        ingest.join()
     finally:
         waiter.close()
         inboxes.close()

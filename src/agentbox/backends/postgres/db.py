@@ -148,7 +148,8 @@ def _version(conn: psycopg.Connection[Any]) -> int | None:
         row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()
     except pgerrors.UndefinedTable:
         return None
-    return int(row[0]) if row else 0
+    assert row is not None  # an aggregate: always one row
+    return int(row[0])
 
 
 def _check_version(version: int, target: Target) -> None:
@@ -207,7 +208,8 @@ def _version_in_transaction(conn: psycopg.Connection[Any], target: Target) -> in
                                 "but not an agentbox database; pick another with ?schema=")
         return 0
     version = conn.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()
-    return int(version[0]) if version else 0
+    assert version is not None  # an aggregate: always one row
+    return int(version[0])
 
 
 class Tx:

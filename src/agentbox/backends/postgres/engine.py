@@ -201,8 +201,8 @@ class PostgresEngine:
 
     lock_clause = " FOR NO KEY UPDATE"
 
-    def __init__(self, url: str, user: str, *, durable: bool = True,
-                 lock_timeout: float | None = None, create: bool = True) -> None:
+    def __init__(self, url: str, user: str, *, durable: bool, lock_timeout: float | None,
+                 create: bool) -> None:
         from agentbox.paths import check_user
 
         self.user = check_user(user)
@@ -235,8 +235,11 @@ class PostgresEngine:
         return engine
 
     def inbox(self, create: bool) -> int | None:
+        """The row found or made as the engine was opened: one opened to write made it
+        then (inboxes are never deleted), one opened only to read was refused without
+        it, and one shared is of an inbox found there; ``create`` has nothing to make."""
         try:
-            return (db.create_inbox if create else db.find_inbox)(self.conn, self.user)
+            return db.find_inbox(self.conn, self.user)
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
 

@@ -21,7 +21,8 @@ def disk_bytes(reader: Reader) -> int:
     row = reader.one("""SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)
                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                       WHERE n.nspname = current_schema() AND c.relkind = 'r'""")
-    return int(row[0]) if row else 0
+    assert row is not None  # an aggregate: always one row
+    return int(row[0])
 
 
 def checks(reader: Reader) -> list[Check]:

@@ -193,7 +193,7 @@ class SqliteEngine:
 
     def _reopen(self) -> None:
         durable, busy_timeout = self._options
-        conn = db.connect(self.location, durable=durable, make_folders=False, create=False,
+        conn = db.connect(self.location, durable=durable, create=False,
                           busy_timeout=busy_timeout)
         self.conn.close()
         self.conn, self._file = conn, _identity(self.location)

@@ -51,17 +51,18 @@ class _Inotify:
     """Names of the files written, created or moved into one folder."""
 
     def __init__(self, folder: Path) -> None:
+        """OSError when the system gives none: :func:`doorbell` then polls, whatever the
+        reason (so no errno is read)."""
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None)
         fd = int(libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
         if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+            raise OSError("inotify_init1 failed")
         if libc.inotify_add_watch(fd, os.fsencode(folder),
                                   _IN_MODIFY | _IN_CREATE | _IN_MOVED_TO) < 0:
-            err = ctypes.get_errno()
             os.close(fd)
-            raise OSError(err, f"cannot watch {folder}")
+            raise OSError(f"cannot watch {folder}")
         self.fd = fd
 
     def ring(self, timeout: float) -> set[str] | None:
