@@ -241,8 +241,20 @@ def test_files_that_are_not_inboxes_are_left_alone(
     sqlite_store(folder / "alice.sqlite3").close()
     assert user_of("alice.sqlite3-wal") == user_of("alice.sqlite3") == "alice"
     assert user_of("..hidden.sqlite3") is None
+    assert user_of("alice.sqlite3-backup") is None  # not a side file SQLite keeps
     assert inboxes.users() == ["alice", "junk"]
     assert inboxes.next_work(T0, inboxes.users()) == {}
     failed = inboxes.failures()
     assert list(failed) == ["junk"] and "not an agentbox database" in failed["junk"]
     assert inboxes.failures() == {}
+
+
+def test_a_user_whose_name_holds_the_inbox_suffix_is_listed_and_woken_by_its_own_name(
+        folder: Path, inboxes: SqliteInboxes) -> None:
+    """``a.sqlite3-b`` is a user name: its file and that file's log are its own, not
+    user ``a``'s."""
+    name = "a.sqlite3-b"
+    sqlite_store(folder / f"{name}.sqlite3").close()
+    assert [user_of(f"{name}.sqlite3{side}") for side in ("", "-wal", "-shm", "-journal")] == [
+        name] * 4
+    assert inboxes.users() == [name]

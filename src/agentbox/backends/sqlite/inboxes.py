@@ -25,9 +25,16 @@ SUFFIX = ".sqlite3"
 POLL_PER_INBOX = 0.002  # without inotify, each look reads every inbox: look less often
 
 
+SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite keeps beside a database file
+
+
 def user_of(file: str) -> str | None:
-    """The user an inbox file (or its ``-wal``, ``-shm``, ``-journal``) belongs to."""
-    base = file.split(SUFFIX + "-", 1)[0] + SUFFIX if SUFFIX + "-" in file else file
+    """The user an inbox file (or its ``-wal``, ``-shm``, ``-journal``) belongs to.
+
+    The side file's ending is taken off the end: a user's name may itself hold
+    ``.sqlite3-`` (``a.sqlite3-b`` is a name), so the name is never cut there."""
+    base = next((file[:-len(side)] for side in SIDE_FILES if file.endswith(SUFFIX + side)),
+                file)
     if not base.endswith(SUFFIX):
         return None
     try:
