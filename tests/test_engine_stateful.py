@@ -42,6 +42,7 @@ from hypothesis.stateful import (
 )
 
 from agentbox.errors import BadInput
+from agentbox.ledger.runs import Claimed
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
 from agentbox.rules import breaker
@@ -241,12 +242,24 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             assert self.dump() == before
 
-    @rule(name=st.sampled_from(WORKERS))
-    def claim(self, name: str) -> None:
+    @rule(name=st.sampled_from(WORKERS), watching=st.booleans())
+    def claim(self, name: str, watching: bool = False) -> None:
+        """A claim; ``watching``: made as a watcher's wake-up (``take``), which claims
+        only where its pause lets it (no timer here is ever due)."""
         w = self.workers[name]
-        if not self.holds(w.holder, w.generation):
+        day = (self.now, self.now + 86_400)
+        paused = breaker.in_force(self.pause, self.now) if watching else None
+
+        def claim() -> Claimed | None:
+            if not watching:
+                return self.store.claim(w.holder, w.generation or 0, self.now, self.policy)
+            taken = self.store.take(w.holder, w.generation or 0, self.now, day, self.policy)
+            assert (taken.fired, taken.paused) == (0, paused)
+            return taken.claimed
+
+        if paused is not None or not self.holds(w.holder, w.generation):
             before = self.dump()
-            assert self.store.claim(w.holder, w.generation or 0, self.now, self.policy) is None
+            assert claim() is None
             assert self.dump() == before
             return
         gen = w.generation
@@ -263,7 +276,7 @@ class EngineMachine(RuleBasedStateMachine):
                        if r.status == "pending" and r.available_at <= self.now)
         retries = [i for i in ready if self.rows[i].attempts > 0]
         expected = retries[:1] if retries else ready[:p.max_batch]
-        got = self.store.claim(w.holder, gen, self.now, p)
+        got = claim()
         assert got is not None
         assert [e.id for e in got] == expected
         assert got.keys == self.store.event_keys(expected) and got.state == self.store.state()

@@ -305,17 +305,19 @@ class Worker:
 
         ``fired``: the timers a scheduler pass fired before the lease was taken (a
         one-shot run makes it first, so that a run kept out by the lease still fires
-        them); None: the pass is made here, decided with the gate from one read.
+        them); None: the pass is made here, with the claim (:meth:`Store.take`).
         """
         now = self.clock()
         if fired is None:
-            fired, paused = self.store.ready(now, self._day(now), self.policy)
+            fired, paused, events = self.store.take(self.holder, generation, now,
+                                                    self._day(now), self.policy)
         else:
             paused = self.store.gate(now, self._day(now), self.policy)
+            events = None if paused is not None else self.store.claim(self.holder, generation,
+                                                          self.clock(), self.policy)
         if paused is not None:
             return RunReport("paused", EXIT_CODES["paused"], generation, timers_fired=fired,
                              paused=paused)
-        events = self.store.claim(self.holder, generation, self.clock(), self.policy)
         if events is None:
             return RunReport("lost", EXIT_CODES["lost"], generation, timers_fired=fired,
                              error=f"lease lost before claiming (generation {generation})")

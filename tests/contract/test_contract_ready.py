@@ -1,10 +1,11 @@
 """Store contract: `ready`, what a watching run does before it claims — the scheduler
-pass and the gate, decided from one read — gives what `tick` and then `gate` give, on
-every backend."""
+pass and the gate, decided from one read — gives what `tick` and then `gate` give, and
+`take`, the pass and the claim together, what `ready` and then `claim` give, on every
+backend."""
 
 from __future__ import annotations
 
-from agentbox.ledger.store import Ready, Store
+from agentbox.ledger.store import Ready, Store, Taken
 from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.breaker import BREAKER, BUDGET, HANDLER_FAILING, Pause
 from agentbox.rules.policy import Policy
@@ -77,3 +78,59 @@ def test_a_budget_reached_pauses_as_the_gate_does_with_its_one_notice(backend: S
     assert len(notices) == 1
     assert backend.ready(T0 + 3, DAY, TOKENS) == Ready(0, found.paused)
     assert len([m for m in backend.outbox() if m.urgent]) == 1
+
+
+def _took(store: Store, now: int, policy: Policy) -> Taken:
+    generation = store.acquire("W", now, TTL)
+    assert generation is not None
+    try:
+        return store.take("W", generation, now, DAY, policy)
+    finally:
+        store.release("W", generation, now)
+
+
+def test_take_claims_what_is_pending_where_nothing_is_due_or_paused(backend: Store) -> None:
+    assert _took(backend, T0, POLICY) == Taken(0, None, [])
+    stored = backend.ingest("chat", "a", "{}", T0).id
+    fired, paused, claimed = _took(backend, T0, POLICY)
+    assert (fired, paused) == (0, None)
+    assert claimed is not None and [e.id for e in claimed] == [stored]
+    assert claimed.keys == backend.event_keys([stored]) and claimed.state == backend.state()
+
+
+def test_take_fires_a_due_timer_first_and_claims_its_event(backend: Store) -> None:
+    backend.add_timer(TimerSpec(name="tick", due=T0, every=3600), T0)
+    fired, paused, claimed = _took(backend, T0, POLICY)
+    assert (fired, paused) == (1, None)
+    assert claimed is not None and [e.source_id for e in claimed] == [f"tick@{T0}"]
+    assert backend.status().events["running"] == 1
+
+
+def test_take_holds_back_while_paused_and_lets_the_probe_through(backend: Store) -> None:
+    _run(backend, T0, "a", BREAKS, failed=True)
+    _run(backend, T0 + 1, "b", BREAKS, failed=True)
+    opened = backend.paused()
+    assert opened is not None
+    backend.ingest("chat", "c", "{}", T0 + 2)
+    assert _took(backend, T0 + 2, BREAKS) == Taken(0, opened, None)
+    assert backend.status().events["pending"] == 1  # nothing claimed, nothing written
+    fired, paused, claimed = _took(backend, T0 + 601, BREAKS)  # the probe's turn
+    assert (fired, paused) == (0, None)
+    assert claimed is not None and [e.source_id for e in claimed] == ["c"]
+
+
+def test_take_weighs_a_budget_as_the_gate_does(backend: Store) -> None:
+    _run(backend, T0, "a", TOKENS, failed=False, usage=Usage(tokens=100))
+    backend.ingest("chat", "b", "{}", T0 + 1)
+    taken = _took(backend, T0 + 1, TOKENS)
+    assert taken.claimed is None and taken.paused is not None
+    assert taken.paused.kind == BUDGET
+    assert backend.status().events["pending"] == 1
+
+
+def test_take_by_a_worker_without_the_lease_claims_nothing(backend: Store) -> None:
+    backend.ingest("chat", "a", "{}", T0)
+    generation = backend.acquire("W", T0, TTL)
+    assert generation is not None
+    assert backend.take("X", generation, T0, DAY, POLICY) == Taken(0, None, None)
+    assert backend.status().events["pending"] == 1

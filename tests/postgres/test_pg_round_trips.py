@@ -1,7 +1,7 @@
 """The messages a claim sends the server: the lock and what it reads go together, and
-the claim itself goes with the COMMIT; before it, one read decides the scheduler pass
-and the gate. So a handler starts three round trips after its watcher woke, with its
-batch whole (events, keys, state)."""
+the claim itself goes with the COMMIT; a watcher's claim reads with them whether a
+timer is due or a pause stands. So a handler starts two round trips after its watcher
+woke, with its batch whole (events, keys, state)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,41 @@ def test_an_empty_claim_is_two_round_trips(store: Store, sent: list[str]) -> Non
     assert store.claim("w", generation, T0, Policy(lease_ttl=TTL)) == []
     assert len(sent) == 2, sent
 
+
+
+def test_a_watcher_s_run_takes_its_whole_batch_in_two_round_trips(
+        store: Store, sent: list[str]) -> None:
+    """take: the pass and the gate read with the claim's lock (nothing due, no pause), the
+    claim itself with the COMMIT, handing the events' keys and the state with them:
+    nothing more is asked of the server before the handler starts."""
+    policy = Policy(lease_ttl=TTL)
+    stored = store.ingest("s", "a", "{}", T0).id
+    generation = store.acquire("w", T0, TTL)
+    assert generation is not None
+    sent.clear()
+    fired, paused, claimed = store.take("w", generation, T0, (T0, T0 + 86_400), policy)
+    assert len(sent) == 2, sent
+    assert (fired, paused) == (0, None)
+    assert claimed is not None and [e.id for e in claimed] == [stored]
+    assert claimed.keys == {stored: f"{store.instance_id()}-event-{stored}"}
+    assert claimed.state == store.state()
+
+
+def test_a_due_timer_costs_a_watcher_s_run_its_pass_first(
+        store: Store, sent: list[str]) -> None:
+    """A timer due: the claim is given up unwritten (its lock read and a ROLLBACK), the
+    pass fires the timer, and the claim made after it hands over the timer's event."""
+    from agentbox.rules.timers import TimerSpec
+
+    policy = Policy(lease_ttl=TTL)
+    store.add_timer(TimerSpec(name="tick", due=T0, every=None), T0)
+    generation = store.acquire("w", T0, TTL)
+    assert generation is not None
+    sent.clear()
+    fired, paused, claimed = store.take("w", generation, T0, (T0, T0 + 86_400), policy)
+    assert (fired, paused) == (1, None)
+    assert sent[1].strip() == "ROLLBACK", sent
+    assert claimed is not None and [e.source_id for e in claimed] == [f"tick@{T0}"]
 
 
 def test_a_watcher_s_run_reads_once_then_claims_its_whole_batch_in_two(

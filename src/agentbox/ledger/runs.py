@@ -8,7 +8,7 @@ checking the lease fence read by the statement that took the lock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentbox.ledger import history
@@ -19,7 +19,7 @@ from agentbox.rules.lease import holds
 from agentbox.rules.records import Event, Lease
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Reader, Row, Tx
+    from agentbox.ledger.engine import Params, Reader, Row, Tx
     from agentbox.rules.answer import Answer
     from agentbox.rules.policy import Policy
     from agentbox.rules.state import Version
@@ -43,6 +43,11 @@ _READY = """SELECT * FROM (SELECT 'retry', id, attempts, claim_gen, error FROM e
 _CANDIDATES = f"""SELECT 'abandoned', id, attempts, claim_gen, error FROM events
                   WHERE inbox_id = :box AND status = 'running' AND claim_gen < :gen
                   UNION ALL {_EXHAUSTED} UNION ALL {_READY}"""
+
+
+class NotNow(Exception):
+    """A claim's ``unless`` read found something to do first: the claim was given up
+    before anything was written."""
 
 
 def _candidates(tx: Tx, query: str, **params: Any) -> dict[str, list[Candidate]]:
@@ -156,8 +161,9 @@ class Claimed(list[Event]):
 class Runs(Core):
     """A run's claim and its outcome, each one fenced transaction."""
 
-    def claim(self, holder: str, generation: int, now: int,
-              policy: Policy) -> Claimed | None:
+    def claim(self, holder: str, generation: int, now: int, policy: Policy,
+              unless: tuple[tuple[str, Params], Callable[[list[Row]], bool]] | None = None
+              ) -> Claimed | None:
         """Claim one run's batch behind the fence; None when the lease is not ours.
 
         Events abandoned by an older generation go back to pending, those out of
@@ -165,13 +171,18 @@ class Runs(Core):
         fresh ones are claimed, each attempt counted now. What the rules need is
         read once, with the keys' epochs and the state, in the message that takes
         the lock; only after requeueing or burying are the candidates read again.
+        ``unless``: one more read sent in that message, and a test of its rows that
+        gives the claim up (raising :class:`NotNow`) before the fence is looked at.
         """
         from agentbox.rules import inbox as rules
 
         params: dict[str, Any] = {"gen": generation, "now": now, "max": policy.max_attempts,
                                   "batch": policy.max_batch}
-        with self._locked_reading((_CANDIDATES, params), (EPOCHS, {}), (CURRENT, {})) as (
-                tx, lease, (rows, epochs, state)):
+        extra = () if unless is None else (unless[0],)
+        with self._locked_reading((_CANDIDATES, params), (EPOCHS, {}), (CURRENT, {}),
+                                  *extra) as (tx, lease, (rows, epochs, state, *seen)):
+            if unless is not None and unless[1](seen[0]):
+                raise NotNow
             if not holds(lease, holder, generation, now):
                 return None
             tx.run("UPDATE inboxes SET last_run = :now WHERE id = :box", now=now)

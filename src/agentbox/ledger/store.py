@@ -27,7 +27,7 @@ from agentbox.ledger.links import Links
 from agentbox.ledger.outbox import Outbox
 from agentbox.ledger.pause import GOVERNOR, Pauses, governor_of
 from agentbox.ledger.prune import Prune
-from agentbox.ledger.runs import Runs
+from agentbox.ledger.runs import NotNow, Runs
 from agentbox.ledger.state import State
 from agentbox.ledger.status import Status, Vitals
 from agentbox.ledger.steps import Steps
@@ -35,7 +35,8 @@ from agentbox.ledger.timers import DUE, Timers, next_due
 from agentbox.ledger.traffic import Traffic
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Waiter
+    from agentbox.ledger.engine import Row, Waiter
+    from agentbox.ledger.runs import Claimed
     from agentbox.rules.breaker import Pause
     from agentbox.rules.health import Check
     from agentbox.rules.policy import Policy
@@ -63,6 +64,21 @@ class Ready(NamedTuple):
 
     fired: int
     paused: Pause | None
+
+
+class Taken(NamedTuple):
+    """A watching run's pass and claim (:meth:`Store.take`): the timers it fired, the
+    pause that kept it from claiming, and its claim (None: paused, or the lease lost)."""
+
+    fired: int
+    paused: Pause | None
+    claimed: Claimed | None
+
+
+def _not_now(rows: list[Row]) -> bool:
+    """From a :data:`_READY` read: a timer is due or a pause stands, so the run must
+    make its pass and weigh the gate before it claims."""
+    return bool(rows[0][0]) or governor_of(rows[0][1:]).pause is not None
 
 
 class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prune,
@@ -103,6 +119,28 @@ class Store(Traffic, Inbox, Leases, Runs, Timers, Links, Approvals, Outbox, Prun
         assert row is not None
         fired = self._fire(now, policy) if row[0] else 0
         return Ready(fired, self._gate_of(governor_of(row[1:]), reader, now, day, policy))
+
+    def take(self, holder: str, generation: int, now: int, day: tuple[int, int],
+             policy: Policy) -> Taken:
+        """:meth:`ready`, then :meth:`claim`: what a watching run does when woken.
+
+        Where no budget is set, the claim's first message also makes the
+        :meth:`ready` read, and the claim goes on when no timer is due and no pause
+        stands (the usual wake-up): two round trips in all, not three. Otherwise it
+        is given up before writing anything, and the pass and the gate come first.
+        """
+        from agentbox.rules.breaker import budgeted
+
+        if not budgeted(policy):
+            try:
+                return Taken(0, None, self.claim(holder, generation, now, policy,
+                                                 ((_READY, {"now": now}), _not_now)))
+            except NotNow:
+                pass
+        fired, paused = self.ready(now, day, policy)
+        if paused is not None:
+            return Taken(fired, paused, None)
+        return Taken(fired, None, self.claim(holder, generation, now, policy))
 
     def waiter(self) -> Waiter:
         """A :class:`~agentbox.ledger.engine.Waiter` on this inbox, blind to changes made
