@@ -250,7 +250,7 @@ class EngineMachine(RuleBasedStateMachine):
         day = (self.now, self.now + 86_400)
         paused = breaker.in_force(self.pause, self.now) if watching else None
 
-        def claim() -> Claimed | None:
+        def claimed() -> Claimed | None:
             if not watching:
                 return self.store.claim(w.holder, w.generation or 0, self.now, self.policy)
             taken = self.store.take(w.holder, w.generation or 0, self.now, day, self.policy)
@@ -259,7 +259,7 @@ class EngineMachine(RuleBasedStateMachine):
 
         if paused is not None or not self.holds(w.holder, w.generation):
             before = self.dump()
-            assert claim() is None
+            assert claimed() is None
             assert self.dump() == before
             return
         gen = w.generation
@@ -276,7 +276,7 @@ class EngineMachine(RuleBasedStateMachine):
                        if r.status == "pending" and r.available_at <= self.now)
         retries = [i for i in ready if self.rows[i].attempts > 0]
         expected = retries[:1] if retries else ready[:p.max_batch]
-        got = claim()
+        got = claimed()
         assert got is not None
         assert [e.id for e in got] == expected
         assert got.keys == self.store.event_keys(expected) and got.state == self.store.state()

@@ -313,8 +313,9 @@ class Worker:
                                                     self._day(now), self.policy)
         else:
             paused = self.store.gate(now, self._day(now), self.policy)
-            events = None if paused is not None else self.store.claim(self.holder, generation,
-                                                          self.clock(), self.policy)
+            events = None
+            if paused is None:
+                events = self.store.claim(self.holder, generation, self.clock(), self.policy)
         if paused is not None:
             return RunReport("paused", EXIT_CODES["paused"], generation, timers_fired=fired,
                              paused=paused)
