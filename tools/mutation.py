@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import io
 import json
 import os
 import re
@@ -32,6 +33,7 @@ import sys
 import threading
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +42,9 @@ EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
 GROUPS = {"rules": "agentbox.rules", "ledger": "agentbox.ledger",
           "sqlite": "agentbox.backends.sqlite", "postgres": "agentbox.backends.postgres"}
 # mutmut's exit codes (mutmut/stats.py) folded into the columns printed here
+SET_ASIDE = 34  # mutmut's "skipped": a mutant of a recognised equivalent kind, not run
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
+          SET_ASIDE: "equivalent",
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
 COLUMNS = ("killed", "timeout", "survived", "no tests", "equivalent", "other")
 UNKILLED = ("survived", "no tests")
@@ -106,24 +110,101 @@ def vacuum_catalogs(stop: threading.Event) -> None:
             vacuum(full=False)
 
 
-def run_mutmut(patterns: list[str], jobs: int, keep: bool) -> None:
+def generate(jobs: int) -> None:
+    """Write mutants/ as ``mutmut run`` starts by doing, without testing anything, so
+    that the mutants of a recognised kind can be set aside first (set_aside)."""
+    from mutmut.__main__ import create_mutants
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+
+    cwd = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        # mutmut names every file it copies; its forked workers inherit the redirect
+        with contextlib.redirect_stdout(io.StringIO()):
+            set_mutant_under_test("mutant_generation")
+            copy_src_dir()
+            copy_also_copy_files()
+            setup_source_paths()
+            create_mutants(jobs)
+    finally:
+        os.chdir(cwd)
+
+
+def within(mutant: Mutant, prefixes: list[str]) -> bool:
+    return any(mutant.module == p or mutant.module.startswith(p + ".") for p in prefixes)
+
+
+def metas() -> list[Path]:
+    return sorted((ROOT / "mutants" / "src").rglob("*.py.meta"))
+
+
+def set_aside(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str]) -> list[str]:
+    """Leave mutmut, which runs every mutant with no result, only the ones ``chosen``
+    (by their current exit code) to run; the names set aside for this run alone.
+
+    An unchecked mutant of the modules asked for that is of a kind the report
+    counts as equivalent whatever the tests say (the case of SQL keywords) is set
+    aside for good, as mutmut's *skipped*: run, it would survive, and a survivor
+    runs every test that reaches its function, in the connection code every test
+    goes through a minute or more, for nothing the score counts. mutmut keeps a
+    result until the function changes. Unchecked mutants of other modules are set
+    aside for this run only (mutmut given names instead would run them again
+    whatever their result, so names are not given)."""
+    kinds = [e for e in equivalents() if e.kind]
+    for_now = []
+    for meta in metas():
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        for name, code in codes.items():
+            mutant = parse_name(name, "")
+            if code in (None, SET_ASIDE) and within(mutant, prefixes) and any(
+                    e.matches(mutant, change(mutant)) for e in kinds):
+                codes[name] = SET_ASIDE
+            elif chosen(mutant, code):
+                codes[name] = None
+            elif code is None:
+                codes[name] = SET_ASIDE
+                for_now.append(name)
+        meta.write_text(json.dumps(data, indent=4))
+    return for_now
+
+
+def restore(for_now: list[str]) -> None:
+    """Give the mutants set aside for one run back their unchecked state."""
+    names = set(for_now)
+    for meta in metas():
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        touched = [n for n, code in codes.items() if n in names and code == SET_ASIDE]
+        for name in touched:
+            codes[name] = None
+        if touched:
+            meta.write_text(json.dumps(data, indent=4))
+
+
+def run_mutmut(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str], jobs: int,
+               keep: bool) -> None:
     if not keep:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     (ROOT / "mutants").mkdir(exist_ok=True)
+    generate(jobs)
+    for_now = set_aside(chosen, prefixes)
     log = ROOT / "mutants" / "mutmut.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    shown = ", ".join(patterns) if len(patterns) < 10 else f"{len(patterns)} mutants"
-    print(f"mutmut over {shown} with {jobs} worker(s); its output: {log}", flush=True)
+    print(f"mutmut over {', '.join(prefixes)} with {jobs} worker(s); its output: {log}",
+          flush=True)
     stop = threading.Event()
     vacuum = threading.Thread(target=vacuum_catalogs, args=(stop,), daemon=True)
     vacuum.start()
     try:
         with log.open("w") as out:
             done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                                   str(jobs), *patterns],
+                                   str(jobs)],
                                   cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     finally:
         stop.set()
+        restore(for_now)
     if done.returncode != 0:
         sys.exit(f"mutmut failed (exit {done.returncode}); see {log}")
 
@@ -206,7 +287,7 @@ def results(prefixes: list[str]) -> list[Mutant]:
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         for name, code in codes.items():
             mutant = parse_name(name, loaded.get(name) or STATUS.get(code, "other"))
-            if any(mutant.module == p or mutant.module.startswith(p + ".") for p in prefixes):
+            if within(mutant, prefixes):
                 found.append(mutant)
     if not found:
         sys.exit("no results for these modules under mutants/: run without --report first")
@@ -358,13 +439,14 @@ def main() -> int:
     args = parser.parse_args()
     prefixes = targets(args.target)
     if args.survivors:
-        left = [m.name for m in results(prefixes) if m.status in UNKILLED]
+        left = {m.name for m in results(prefixes) if m.status in UNKILLED}
         if left:
-            run_mutmut(left, args.jobs, keep=True)
+            run_mutmut(lambda m, _: m.name in left, prefixes, args.jobs, keep=True)
             recheck_loading(results(prefixes))
     elif not args.report:
         LOADING.unlink(missing_ok=True)  # code that changed since is tested again
-        run_mutmut([f"{p}.*" for p in prefixes], args.jobs, args.keep)
+        run_mutmut(lambda m, code: code in (None, SET_ASIDE) and within(m, prefixes),
+                   prefixes, args.jobs, args.keep)
         recheck_loading(results(prefixes))
     return report(results(prefixes), not args.quiet)
 
