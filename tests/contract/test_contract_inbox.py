@@ -62,6 +62,8 @@ def test_a_batch_sent_again_is_judged_key_by_key_across_every_slice_it_is_read_i
 
     count = 2 * STANDING_SLICE + 3
     first = backend.ingest_many([("s", str(n), f'{{"n":{n}}}') for n in range(count)], T0)
+    assert [(r.outcome, r.source, r.source_id) for r in first] == [
+        ("stored", "s", str(n)) for n in range(count)]
     again = [("s", str(n), f'{{"n":{n}}}') for n in range(count)]
     changed = STANDING_SLICE + 1
     again[changed] = ("s", str(changed), '{"n":"changed"}')
@@ -69,6 +71,31 @@ def test_a_batch_sent_again_is_judged_key_by_key_across_every_slice_it_is_read_i
     assert [r.id for r in results] == [r.id for r in first]
     assert [r.outcome for r in results] == ["duplicate"] * changed + ["conflict"] + [
         "duplicate"] * (count - changed - 1)
+
+
+def test_a_batch_sent_again_is_answered_by_reads_with_no_key_stored_one_by_one(
+        backend: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every standing key of a batch, the first of each slice included, is found by the
+    batch's reads: none is handed to the engine again one by one (which would give the
+    same answers, a statement per key later)."""
+    from agentbox.ledger.inbox import STANDING_SLICE
+
+    count = STANDING_SLICE + 2
+    items = [("s", str(n), "{}") for n in range(count)]
+    backend.ingest_many(items, T0)
+    one_by_one: list[tuple[str, str]] = []
+    store_event = backend.engine.store_event
+
+    def counted(tx: object, box: int, source: str, source_id: str, *rest: object) -> object:
+        one_by_one.append((source, source_id))
+        return store_event(tx, box, source, source_id, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend.engine, "store_event", counted)
+    repeated = [*items, ("s", "new", "{}"), ("s", "new", "{}"), ("s", "0", '{"x":1}')]
+    results = backend.ingest_many(repeated, T0 + 1)
+    assert [r.outcome for r in results] == ["duplicate"] * count + [
+        "stored", "duplicate", "conflict"]
+    assert one_by_one == []
 
 
 def test_ingest_many_judges_keys_stored_before_and_inside_the_batch(backend: Store) -> None:
