@@ -107,7 +107,7 @@ def vacuum_catalogs(stop: threading.Event) -> None:
 
     while not stop.wait(VACUUM_EVERY_S):
         with contextlib.suppress(psycopg.Error):
-            vacuum(full=False)
+            vacuum()
 
 
 def generate(jobs: int) -> None:
