@@ -12,6 +12,7 @@ import pytest
 
 from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
+from agentbox.rules.records import IngestResult
 from support.clock import T0
 
 pytestmark = pytest.mark.postgres_only
@@ -114,3 +115,45 @@ def test_a_watcher_s_run_reads_once_then_claims_its_whole_batch_in_two(
     assert claimed is not None and [e.id for e in claimed] == [stored]
     assert claimed.keys == {stored: f"{store.instance_id()}-event-{stored}"}
     assert claimed.state == store.state()
+
+
+def test_a_redelivery_is_one_round_trip(store: Store, sent: list[str]) -> None:
+    """The statement that would store the event reads the one standing under its key:
+    a duplicate, and a conflict's judgement, need no second look."""
+    stored = store.ingest("s", "a", '{"n":1}', T0).id
+    sent.clear()
+    assert store.ingest("s", "a", '{ "n" : 1 }', T0 + 1) == IngestResult(
+        "duplicate", stored, "s", "a")
+    assert len(sent) == 1, sent
+    sent.clear()
+    assert store.ingest("s", "a", '{"n":2}', T0 + 2).outcome == "conflict"
+    assert sent[0].lstrip().startswith("WITH stored AS") and len(sent) == 2, sent  # + its note
+    assert [e.action for e in store.story(stored)] == ["stored", "conflict"]
+
+
+def test_an_event_committed_after_the_storing_statement_began_is_looked_up_again(
+        store: Store, pg_url: str, sent: list[str]) -> None:
+    """Another session's uncommitted event under the key: the storing statement waits
+    for it, and once it commits finds the key taken but cannot see its event (its
+    snapshot is older), so it returns nothing; the ingest looks again and answers a
+    duplicate of that event."""
+    import threading
+
+    from agentbox.backends.postgres.engine import _STORE
+    from support.postgres import own_session
+
+    store.ingest("s", "before", "{}", T0)
+    sent.clear()
+    answers: list[IngestResult] = []
+    with own_session(pg_url) as other:
+        row = other.execute(_STORE, {"box": store.inbox_id, "source": "s", "source_id": "k",
+                                     "payload": '{"n":1}', "now": T0}).fetchone()
+        assert row is not None and row[1] is None
+        ingest = threading.Thread(
+            target=lambda: answers.append(store.ingest("s", "k", '{"n":1}', T0 + 1)))
+        ingest.start()
+        ingest.join(0.5)
+        assert ingest.is_alive() and answers == []  # waiting on the other session's row
+    ingest.join(30)
+    assert answers == [IngestResult("duplicate", int(row[0]), "s", "k")]
+    assert len(sent) > 1 and sent[1] != sent[0], sent  # the first statement found nothing

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 Row = tuple[Any, ...]
 Params = Mapping[str, Any]
 Key = tuple[str, str]  # (source, source_id)
+Standing = tuple[int, str]  # (id, canonical payload) of the event stored under a key
 
 
 class Reader(Protocol):
@@ -153,10 +154,12 @@ class Engine(Protocol):
         ...
 
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
-                    payload: str, now: int) -> int | None:
+                    payload: str, now: int) -> int | Standing | None:
         """Store a new event under its key in one statement, counted and announced to
-        watchers: its id, or None when the key is taken or still remembered after a
-        prune. ``tx`` None: the statement is its own transaction (the fast path)."""
+        watchers: its id; or, when the key is taken, the event standing under it where
+        the same statement can read it (PostgreSQL: a redelivery is one round trip);
+        else None (taken, or still remembered after a prune), and the ledger looks.
+        ``tx`` None: the statement is its own transaction (the fast path)."""
         ...
 
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],

@@ -27,7 +27,7 @@ from agentbox.rules.keys import check_delivery_key, check_key, conflict_detail, 
 from agentbox.rules.records import Entry, Event, IngestOutcome, IngestResult
 
 if TYPE_CHECKING:
-    from agentbox.ledger.engine import Engine, Key, Reader, Tx
+    from agentbox.ledger.engine import Engine, Key, Reader, Standing, Tx
 
 COLUMNS = ("id, source, source_id, payload, status, attempts, claim_gen, available_at, "
            "error, created_at, updated_at")
@@ -88,18 +88,27 @@ def _fits(text: str, max_payload: int) -> bool:
     return len(text) <= max_payload // 4 or len(text.encode("utf-8")) <= max_payload
 
 
-def _judged(reader: Reader, source: str, source_id: str,
-            payload: str, now: int) -> tuple[IngestResult, bool] | None:
+def _against(standing: Standing, source: str, source_id: str, payload: str) -> IngestResult:
+    """The answer to a key whose event stands: a duplicate of the payload stored, in
+    either spelling (one stored before JCS and not rewritten yet is still its
+    duplicate), else a conflict."""
+    event_id, kept = standing
+    outcome: IngestOutcome = "duplicate" if kept in _spellings(payload) else "conflict"
+    return IngestResult(outcome, event_id, source, source_id)
+
+
+def _judged(reader: Reader, source: str, source_id: str, payload: str, now: int,
+            standing: Standing | None) -> tuple[IngestResult, bool] | None:
     """A key found taken: (duplicate or conflict, whether its event stands to note a
-    conflict in), or None when it is neither stored nor remembered."""
-    # A payload stored before JCS (and not rewritten yet) is still its duplicate.
-    row = reader.one("""SELECT id, payload IN (:payload, :legacy) FROM events
-                        WHERE inbox_id = :box AND source = :source AND source_id = :source_id""",
-                     source=source, source_id=source_id, payload=payload,
-                     legacy=_spellings(payload)[-1])
-    if row is not None:
-        outcome: IngestOutcome = "duplicate" if row[1] else "conflict"
-        return IngestResult(outcome, int(row[0]), source, source_id), True
+    conflict in), or None when it is neither stored nor remembered. ``standing``: the
+    event the storing statement read under the key, where it read one."""
+    if standing is None:
+        row = reader.one("""SELECT id, payload FROM events WHERE inbox_id = :box
+                            AND source = :source AND source_id = :source_id""",
+                         source=source, source_id=source_id)
+        standing = None if row is None else (int(row[0]), str(row[1]))
+    if standing is not None:
+        return _against(standing, source, source_id, payload), True
     remembered = _remembered(reader, source, source_id, payload, now)
     return None if remembered is None else (remembered, False)
 
@@ -116,9 +125,9 @@ def store_in(engine: Engine, tx: Tx, source: str, source_id: str, payload: str, 
     """Store an event inside the caller's transaction (a timer's, an approval's outcome)."""
     for _ in range(RACE_RETRIES):
         new = engine.store_event(tx, tx.box, source, source_id, payload, now)
-        if new is not None:
+        if isinstance(new, int):
             return IngestResult("stored", new, source, source_id)
-        judged = _judged(tx, source, source_id, payload, now)
+        judged = _judged(tx, source, source_id, payload, now, new)
         if judged is not None:
             result, stands = judged
             if result.outcome == "conflict" and stands and record_conflict:
@@ -134,9 +143,9 @@ def store_in(engine: Engine, tx: Tx, source: str, source_id: str, payload: str, 
 STANDING_SLICE = 250
 
 
-def _standing(tx: Tx, keys: Sequence[Key]) -> dict[Key, tuple[int, str]]:
+def _standing(tx: Tx, keys: Sequence[Key]) -> dict[Key, Standing]:
     """(id, payload) of the events stored under ``keys``, a read per slice of them."""
-    found: dict[Key, tuple[int, str]] = {}
+    found: dict[Key, Standing] = {}
     for start in range(0, len(keys), STANDING_SLICE):
         part = keys[start:start + STANDING_SLICE]
         values = ", ".join(f"(:s{n}, :i{n})" for n in range(len(part)))
@@ -174,22 +183,19 @@ class Inbox(Core):
                 return IngestResult("duplicate", event_id, source, source_id)
         text = payload_text(payload, max_payload)
         if stored is not None:
-            event_id, kept = stored
-            same = kept in _spellings(text)
-            return self._noted(IngestResult("duplicate" if same else "conflict",
-                                            event_id, source, source_id), text, now)
+            return self._noted(_against(stored, source, source_id, text), text, now)
         box = self._made()
         for _ in range(RACE_RETRIES):
             new = self.engine.store_event(None, box, source, source_id, text, now)
-            if new is not None:
+            if isinstance(new, int):
                 return IngestResult("stored", new, source, source_id)
-            judged = _judged(self._read(), source, source_id, text, now)
+            judged = _judged(self._read(), source, source_id, text, now, new)
             if judged is not None:
                 result, stands = judged
                 return self._noted(result, text, now) if stands else result
         raise Busy(f"event {source}/{source_id} kept changing under concurrent writers")
 
-    def _glance(self, source: str, source_id: str) -> tuple[int, str] | None:
+    def _glance(self, source: str, source_id: str) -> Standing | None:
         """(id, payload) of the event stored under the key, looked up without the write
         lock where the engine reads for free (see :meth:`Engine.glance`); None when
         there is none, or the engine has no such read, or the read was kept out: the
@@ -246,12 +252,10 @@ class Inbox(Core):
                 if first.get(key) == n:
                     results.append(IngestResult("stored", stored[key], source, source_id))
                 elif key in standing:
-                    event_id, kept = standing[key]
-                    same = kept in _spellings(payload)
-                    if not same:
-                        conflicts.append((event_id, payload))
-                    results.append(IngestResult("duplicate" if same else "conflict", event_id,
-                                                source, source_id))
+                    result = _against(standing[key], source, source_id, payload)
+                    if result.outcome == "conflict":
+                        conflicts.append((result.id, payload))
+                    results.append(result)
                 else:  # remembered after a prune, or pruned and forgotten since: one by one
                     results.append(store_in(self.engine, tx, source, source_id, payload, now))
             note_conflicts(tx, now, conflicts)

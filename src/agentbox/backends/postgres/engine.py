@@ -33,7 +33,7 @@ from agentbox.errors import NoInbox
 
 if TYPE_CHECKING:
     from agentbox.backends.postgres.wake import InboxWaiter
-    from agentbox.ledger.engine import Key, Params, Reader, Row, Tx
+    from agentbox.ledger.engine import Key, Params, Reader, Row, Standing, Tx
     from agentbox.rules.health import Check
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -69,8 +69,11 @@ _NOT_REMEMBERED = """NOT EXISTS (
     SELECT FROM pruned_keys p WHERE p.inbox_id = %(box)s AND p.source = {source}
     AND p.source_id = {source_id} AND p.until > %(now)s)"""
 
-# One event, stored and counted: its id, or no row when the key is taken (a
-# duplicate draws an id from the sequence: ids are unique, not consecutive).
+# One event, stored and counted: (its id, NULL); or, when the key is taken, (the id,
+# the payload) of the event standing under it, so a redelivery costs one round trip;
+# or no row: the key is remembered after a prune, or its event was committed by
+# another session after this statement's snapshot was taken (the ledger then looks
+# again). A duplicate draws an id from the sequence: ids are unique, not consecutive.
 _STORE = f"""
 WITH stored AS (
     INSERT INTO events (inbox_id, source, source_id, payload, created_at, updated_at)
@@ -79,7 +82,10 @@ WITH stored AS (
     ON CONFLICT (inbox_id, source, source_id) DO NOTHING
     RETURNING id),
 {_COUNT}
-SELECT id FROM stored, (SELECT count(*) FROM woken) w"""
+SELECT id, NULL FROM stored, (SELECT count(*) FROM woken) w
+UNION ALL
+SELECT id, payload FROM events WHERE inbox_id = %(box)s AND source = %(source)s
+    AND source_id = %(source_id)s AND NOT EXISTS (SELECT FROM stored)"""
 
 # A batch of events, stored and counted: (id, source, source_id) of each row
 # stored. Only the first line of a key, and only a key not stored yet, reaches
@@ -278,7 +284,7 @@ class PostgresEngine:
             raise db.translate(exc, self.location) from None
 
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
-                    payload: str, now: int) -> int | None:
+                    payload: str, now: int) -> int | Standing | None:
         args = {"box": box, "source": source, "source_id": source_id, "payload": payload,
                 "now": now}
         try:
@@ -286,7 +292,9 @@ class PostgresEngine:
                      else _own(tx).read(_STORE, args)).fetchone()
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
-        return None if found is None else int(found[0])
+        if found is None:
+            return None
+        return int(found[0]) if found[1] is None else (int(found[0]), str(found[1]))
 
     def store_events(self, tx: Tx, items: Sequence[tuple[str, str, str]],
                      now: int) -> dict[Key, int]:
