@@ -74,18 +74,62 @@ CATALOGS = ("pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_index", "pg_
             "pg_trigger", "pg_attrdef", "pg_namespace", "pg_sequence", "pg_proc")
 
 
+# How long a test's schema waits to be dropped for a session that still holds its locks.
+DROP_PATIENCE = "10s"
+LEFT_OPEN = "a session still held locks in the test's schema after the test: {}"
+
+
 @contextmanager
 def fresh_schema() -> Iterator[str]:
-    """A URL naming a new, empty schema on the test server, dropped afterwards."""
+    """A URL naming a new, empty schema on the test server, dropped afterwards.
+
+    A session left inside a transaction (a store not closed, a rollback missed) would
+    keep the drop waiting for ever: it is ended after DROP_PATIENCE, the schema dropped,
+    and the test fails, naming what that session last ran.
+    """
+    import secrets
+
     import psycopg
 
-    from agentbox.backends.postgres.db import temporary_schema
+    from agentbox.backends.postgres.url import with_schema
 
-    with temporary_schema(server_url(), "agentbox_test") as url:
+    url = with_schema(server_url(), f"agentbox_test_{secrets.token_hex(6)}")
+    try:
         yield url
+    finally:
+        left_open = _drop(url)
     if next(_drops) % VACUUM_EVERY == 0:
         with contextlib.suppress(psycopg.Error):  # not ours to vacuum: its autovacuum's
             vacuum_catalogs()
+    if left_open:
+        pytest.fail(LEFT_OPEN.format(left_open), pytrace=False)
+
+
+def _drop(url: str) -> list[str]:
+    """Drop the schema ``url`` names; the last statements of the sessions that held it
+    up and were ended for it (none, as a rule)."""
+    import psycopg
+
+    from agentbox.backends.postgres.url import parse
+
+    target = parse(url)
+    drop = f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE'
+    with psycopg.connect(configured_url(), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"SET lock_timeout = '{DROP_PATIENCE}'")
+        try:
+            conn.execute(drop)
+            return []
+        except psycopg.errors.LockNotAvailable:
+            ended = [str(query) for _, query in conn.execute(
+                """SELECT pg_terminate_backend(a.pid), a.query FROM pg_stat_activity a
+                   WHERE a.pid IN (SELECT l.pid FROM pg_locks l
+                                   JOIN pg_class c ON c.oid = l.relation
+                                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                                   WHERE n.nspname = %s) AND a.pid <> pg_backend_pid()""",
+                (target.schema,)).fetchall()]
+            conn.execute("SET lock_timeout = 0")
+            conn.execute(drop)
+            return ended or ["(none found)"]
 
 
 def vacuum_catalogs() -> None:
