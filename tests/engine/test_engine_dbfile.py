@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentbox.backends.sqlite import db, schema
-from agentbox.errors import Busy, DatabaseError
+from agentbox.errors import Busy, DatabaseError, NoInbox
 from agentbox.ledger.store import Store
 from agentbox.rules.lease import new_holder_id
 from agentbox.rules.outbox import Dispatch
@@ -182,8 +182,11 @@ def test_a_file_from_a_newer_agentbox_is_refused_unchanged(tmp_path: Path) -> No
     conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
     conn.close()
     before = fingerprint(path)
-    with pytest.raises(DatabaseError, match="newer agentbox"):
+    with pytest.raises(DatabaseError) as refused:
         sqlite_store(path)
+    assert str(refused.value) == (
+        f"{path}: made by a newer agentbox (schema {schema.SCHEMA_VERSION + 1}, this one "
+        f"knows up to {schema.SCHEMA_VERSION}); upgrade agentbox to use it")
     assert fingerprint(path) == before
 
 
@@ -194,22 +197,28 @@ def test_a_foreign_sqlite_file_is_refused_and_left_as_it_was(tmp_path: Path) -> 
     conn.execute("INSERT INTO notes VALUES ('mine')")
     conn.close()
     before = fingerprint(path)
-    with pytest.raises(DatabaseError, match="not an agentbox database"):
+    with pytest.raises(DatabaseError) as refused:
         sqlite_store(path)
+    assert str(refused.value) == f"{path}: an SQLite file, but not an agentbox database"
     assert fingerprint(path) == before
     with raw(path) as check:  # not even switched to WAL
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
-def test_an_sqlite_file_of_another_application_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("app_id", "version"), [(1234, 1), (1234, 0), (0, 1)])
+def test_an_sqlite_file_of_another_application_is_refused(
+        tmp_path: Path, app_id: int, version: int) -> None:
+    """Marked by another application, or versioned by one, even with no table yet: not
+    a file to make an inbox in."""
     path = tmp_path / "other.db"
     conn = raw(path)
-    conn.execute("PRAGMA application_id = 1234")
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA application_id = {app_id}")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
     before = fingerprint(path)
-    with pytest.raises(DatabaseError, match="not an agentbox database"):
+    with pytest.raises(DatabaseError) as refused:
         sqlite_store(path)
+    assert str(refused.value) == f"{path}: an SQLite file, but not an agentbox database"
     assert fingerprint(path) == before
 
 
@@ -227,8 +236,18 @@ def test_garbage_is_refused_unchanged(tmp_path: Path, content: bytes) -> None:
 
 
 def test_a_directory_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(DatabaseError, match="directory"):
+    with pytest.raises(DatabaseError) as refused:
         sqlite_store(tmp_path)
+    assert str(refused.value) == f"{tmp_path}: is a directory, not a database file"
+
+
+def test_a_file_that_is_not_there_is_no_inbox_when_it_must_not_be_made(
+        tmp_path: Path) -> None:
+    path = tmp_path / "missing.sqlite3"
+    with pytest.raises(NoInbox) as missing:
+        db.connect(path, create=False)
+    assert str(missing.value) == f"no inbox at {path}" and missing.value.location == str(path)
+    assert not path.exists()
 
 
 def test_writers_queue_on_the_busy_timeout(store: Store, tmp_path: Path) -> None:

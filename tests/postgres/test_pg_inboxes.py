@@ -48,3 +48,16 @@ def test_a_failed_look_for_work_is_told_for_every_inbox_asked_in_the_servers_wor
     assert inboxes.next_work(T0, ["alice", "bob"]) == {}
     why = f'{pg_url}: database error: relation "events" does not exist'
     assert inboxes.failures() == {"alice": why, "bob": why}
+
+
+def test_an_inbox_opened_from_the_listing_commits_durably(
+        pg_url: str, open_inbox: Opener) -> None:
+    """serve writes every delivery through the listing's own session: its commits wait
+    for the disk, as a store opened alone does."""
+    open_inbox("alice")
+    listing = open_inboxes(pg_url)
+    try:
+        conn = listing.store("alice").engine.conn  # type: ignore[attr-defined]
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    finally:
+        listing.close()

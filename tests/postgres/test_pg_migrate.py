@@ -31,6 +31,17 @@ def test_a_new_schema_gets_every_table_in_one_message(pg_url: str, sent: list[st
     assert versions(pg_url) == list(range(1, schema.SCHEMA_VERSION + 1))
 
 
+def test_a_schema_up_to_date_is_opened_with_one_look_at_its_version(
+        pg_url: str, sent: list[str]) -> None:
+    """No transaction and no migration lock for a schema that needs nothing."""
+    db.connect(parse(pg_url)).close()
+    sent.clear()
+    db.connect(parse(pg_url)).close()
+    assert [m for m in sent if "migrations" in m] == [
+        "SELECT COALESCE(MAX(version), 0) FROM migrations"]
+    assert not [m for m in sent if "pg_advisory_xact_lock" in m], sent
+
+
 def test_a_failing_migration_of_a_new_schema_leaves_no_schema(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(db, "MIGRATIONS", (*schema.MIGRATIONS, BROKEN))

@@ -63,6 +63,9 @@ def test_a_url_names_another_schema_with_every_other_parameter_kept() -> None:
     assert parse(moved).schema == "fresh"
     assert parse(moved).conninfo == parse(url).conninfo
     assert with_schema("postgresql://db/inbox", "s") == "postgresql://db/inbox?schema=s"
+    # a parameter set empty is kept as it was written: libpq reads it as given
+    assert with_schema("postgresql://db/inbox?application_name=&schema=a", "b") == (
+        "postgresql://db/inbox?application_name=&schema=b")
 
 
 @given(st.text(min_size=1, max_size=20))
