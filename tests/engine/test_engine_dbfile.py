@@ -70,6 +70,56 @@ def test_a_new_file_is_migrated_once_and_marked(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
+def test_each_migration_is_recorded_with_the_time_it_ran(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    began = int(time.time())
+    db.connect(path).close()
+    with raw(path) as conn:
+        times = [r[0] for r in conn.execute("SELECT applied_at FROM migrations")]
+    assert len(times) == schema.SCHEMA_VERSION
+    assert all(began <= int(t) <= time.time() + 1 for t in times), times
+
+
+def test_an_inbox_opened_with_no_options_is_durable_and_makes_its_folders(
+        tmp_path: Path) -> None:
+    from agentbox.backends.sqlite.engine import SqliteEngine
+
+    engine = SqliteEngine(tmp_path / "a" / "inbox.sqlite3")
+    try:
+        assert engine.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        engine.close()
+    conn = db.connect(tmp_path / "b" / "inbox.sqlite3")
+    try:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    finally:
+        conn.close()
+
+
+def test_an_engine_that_must_not_create_its_file_makes_nothing(tmp_path: Path) -> None:
+    from agentbox.backends.sqlite.engine import SqliteEngine
+
+    path = tmp_path / "missing.sqlite3"
+    with pytest.raises(NoInbox):
+        SqliteEngine(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_migrating_a_file_another_process_brought_up_to_date_does_nothing(
+        tmp_path: Path) -> None:
+    """The version read before is stale (another process migrated the file since): each
+    migration's transaction reads it again and applies nothing."""
+    path = tmp_path / "inbox.sqlite3"
+    db.connect(path).close()
+    before = versions(path)
+    conn = raw(path)
+    try:
+        db.migrate(conn, path, 0)
+    finally:
+        conn.close()
+    assert versions(path) == before
+
+
 def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
     path = tmp_path / "touched.sqlite3"
     path.touch()
