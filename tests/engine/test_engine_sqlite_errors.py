@@ -427,3 +427,37 @@ def test_a_state_without_a_tally_row_counts_zero(store: Store) -> None:
     engine_of(store).conn.execute(
         "DELETE FROM state_counts WHERE tbl = 'events' AND state = 'dead'")
     assert store.status().events == {state: int(state == "pending") for state in EVENT_STATES}
+
+
+def test_a_file_sqlite_cannot_open_is_named(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite refusing the file at the open itself (its folder gone in between, say):
+    the error names the file, in agentbox's words."""
+    path = tmp_path / "inbox.sqlite3"
+
+    def refuse(*args: object, **kwargs: object) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(db.sqlite3, "connect", refuse)
+    with pytest.raises(DatabaseError) as caught:
+        db.connect(path)
+    assert str(caught.value) == f"{path}: cannot open the database file"
+
+
+def test_an_inbox_being_restored_keeps_an_opener_waiting_only_as_long_as_it_was_told(
+        tmp_path: Path) -> None:
+    """A restore holds the inbox alone while it swaps the file: an engine opened with a
+    short busy timeout gives up after it, naming the inbox, not after the default."""
+    from agentbox.backends.sqlite import presence
+
+    path = tmp_path / "inbox.sqlite3"
+    SqliteEngine(path).close()
+    alone = presence.take_alone(str(path))
+    try:
+        started = time.monotonic()
+        with pytest.raises(Busy) as caught:
+            SqliteEngine(path, busy_timeout=0.2)
+        assert time.monotonic() - started < db.BUSY_TIMEOUT_S / 2
+    finally:
+        os.close(alone)
+    assert str(caught.value) == f"{path}: a restore is replacing the inbox; try again"
