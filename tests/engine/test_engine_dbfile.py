@@ -120,6 +120,22 @@ def test_migrating_a_file_another_process_brought_up_to_date_does_nothing(
     assert versions(path) == before
 
 
+def test_a_file_a_newer_agentbox_migrated_meanwhile_is_refused_naming_it(
+        tmp_path: Path) -> None:
+    """The version is read again inside the migration's transaction: a newer agentbox
+    that took the file on since it was first read is found there, and named."""
+    path = tmp_path / "inbox.sqlite3"
+    db.connect(path).close()
+    conn = raw(path)
+    try:
+        conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+        with pytest.raises(DatabaseError) as refused:
+            db.migrate(conn, path, 0)
+    finally:
+        conn.close()
+    assert str(refused.value).startswith(f"{path}: made by a newer agentbox")
+
+
 def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
     path = tmp_path / "touched.sqlite3"
     path.touch()
