@@ -12,7 +12,7 @@ import pytest
 
 from agentbox.backends.postgres import db
 from agentbox.backends.postgres.url import parse
-from agentbox.errors import Busy, DatabaseError, NoInbox
+from agentbox.errors import Busy, DatabaseError, NoInbox, UsageError
 from agentbox.ledger.store import Store
 from agentbox.location import open_engine, open_inboxes, open_store
 from agentbox.upkeep import backup
@@ -224,3 +224,21 @@ def test_a_transaction_of_another_engine_is_refused_by_name(
     with open_store(tmp_path / "other.sqlite3", "alice") as other, other._write() as tx, \
             pytest.raises(AssertionError, match=r"^a transaction of another engine$"):
         store.engine.store_events(tx, [("hook", "1", "{}")], T0)
+
+
+def test_a_session_keeps_the_url_s_own_options_and_bounds_its_connect(pg_url: str) -> None:
+    """Settings of the URL's own (``options``) are kept beside agentbox's, and a server
+    that does not answer is given up on after CONNECT_TIMEOUT_S."""
+    url = f"{pg_url}&options=-c%20statement_timeout%3D12345"
+    with db.session(parse(url)) as conn:
+        shown = conn.execute("SHOW statement_timeout").fetchone()
+        assert shown is not None and shown[0] == "12345ms"
+        assert conn.info.get_parameters()["connect_timeout"] == str(db.CONNECT_TIMEOUT_S)
+
+
+def test_a_url_the_driver_cannot_read_is_a_usage_error_naming_it(pg_url: str) -> None:
+    url = f"{pg_url}&bogus_option=1"
+    with pytest.raises(UsageError) as refused:
+        db.session(parse(url))
+    assert str(refused.value) == (f"{parse(url).location}: not a usable PostgreSQL URL: "
+                                  'invalid URI query parameter: "bogus_option"')

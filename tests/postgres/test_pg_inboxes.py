@@ -50,12 +50,15 @@ def test_a_failed_look_for_work_is_told_for_every_inbox_asked_in_the_servers_wor
     assert inboxes.failures() == {"alice": why, "bob": why}
 
 
+@pytest.mark.parametrize("listed_first", [False, True])
 def test_an_inbox_opened_from_the_listing_commits_durably(
-        pg_url: str, open_inbox: Opener) -> None:
+        pg_url: str, open_inbox: Opener, listed_first: bool) -> None:
     """serve writes every delivery through the listing's own session: its commits wait
-    for the disk, as a store opened alone does."""
+    for the disk, as a store opened alone does, whether the listing was opened before
+    the schema had any inbox (a plain session) or after."""
+    listing = open_inboxes(pg_url) if listed_first else None
     open_inbox("alice")
-    listing = open_inboxes(pg_url)
+    listing = listing or open_inboxes(pg_url)
     try:
         conn = listing.store("alice").engine.conn  # type: ignore[attr-defined]
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
