@@ -132,8 +132,10 @@ def _drop(url: str) -> list[str]:
             return ended or ["(none found)"]
 
 
-def vacuum_catalogs() -> None:
-    """Make the catalog rows of dropped schemas reusable; raises psycopg.Error.
+def vacuum_catalogs(full: bool = False) -> None:
+    """Make the catalog rows of dropped schemas reusable (``full``: give their space
+    back too, locking each catalog while it is rewritten: CI does so once, before the
+    tests); raises psycopg.Error.
 
     Every test makes a schema and drops it. On a server without autovacuum (CI's) their
     dead rows swell the catalogs and every catalog read scans them: each new schema cost
@@ -147,7 +149,8 @@ def vacuum_catalogs() -> None:
     import psycopg
 
     with psycopg.connect(configured_url(), autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"VACUUM (SKIP_LOCKED, TRUNCATE false) {', '.join(CATALOGS)}")
+        how = "FULL" if full else "(SKIP_LOCKED, TRUNCATE false)"
+        conn.execute(f"VACUUM {how} {', '.join(CATALOGS)}")
 
 
 def dump(store: Store) -> dict[str, object]:
