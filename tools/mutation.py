@@ -274,8 +274,10 @@ def recheck_loading(mutants: list[Mutant]) -> None:
     for n, mutant in enumerate(todo, 1):
         print(f"run as its module loads ({n}/{len(todo)}): {mutant.name}", flush=True)
         code = fresh_pytest(mutant.name)
-        # pytest: 1 a test failed, 2 collection failed (the mutant broke an import)
-        done[mutant.name] = ("timeout" if code is None else "killed" if code in (1, 2)
+        # pytest: 1 a test failed, 2 collection failed (the mutant broke an import), 3 an
+        # internal error, 4 a conftest that no longer imports (the same arguments passed
+        # with no mutant, above): each a kill
+        done[mutant.name] = ("timeout" if code is None else "killed" if code in (1, 2, 3, 4)
                              else "survived" if code == 0 else "other")
         LOADING.write_text(json.dumps(done, indent=1))
 
