@@ -139,9 +139,9 @@ def metas() -> list[Path]:
     return sorted((ROOT / "mutants" / "src").rglob("*.py.meta"))
 
 
-def set_aside(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str]) -> list[str]:
+def set_aside(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str]) -> None:
     """Leave mutmut, which runs every mutant with no result, only the ones ``chosen``
-    (by their current exit code) to run; the names set aside for this run alone.
+    (by their current exit code) to run.
 
     An unchecked mutant of the modules asked for that is of a kind the report
     counts as equivalent whatever the tests say (the case of SQL keywords) is set
@@ -150,9 +150,9 @@ def set_aside(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str])
     goes through a minute or more, for nothing the score counts. mutmut keeps a
     result until the function changes. Unchecked mutants of other modules are set
     aside for this run only (mutmut given names instead would run them again
-    whatever their result, so names are not given)."""
+    whatever their result, so names are not given); their names go to FOR_NOW."""
     kinds = [e for e in equivalents() if e.kind]
-    for_now = []
+    for_now: list[str] = []
     for meta in metas():
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
@@ -167,12 +167,20 @@ def set_aside(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str])
                 codes[name] = SET_ASIDE
                 for_now.append(name)
         meta.write_text(json.dumps(data, indent=4))
-    return for_now
+    FOR_NOW.write_text(json.dumps(for_now))
 
 
-def restore(for_now: list[str]) -> None:
+# The names set_aside marked for one run alone, until restore gives them back: kept in
+# a file, so that a run stopped by a signal (no ``finally`` runs then) is mended by the
+# next invocation before anything reads a result.
+FOR_NOW = ROOT / "mutants" / "set-aside-for-now.json"
+
+
+def restore() -> None:
     """Give the mutants set aside for one run back their unchecked state."""
-    names = set(for_now)
+    if not FOR_NOW.exists():
+        return
+    names = set(json.loads(FOR_NOW.read_text()))
     for meta in metas():
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
@@ -181,6 +189,7 @@ def restore(for_now: list[str]) -> None:
             codes[name] = None
         if touched:
             meta.write_text(json.dumps(data, indent=4))
+    FOR_NOW.unlink()
 
 
 def run_mutmut(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str], jobs: int,
@@ -189,7 +198,7 @@ def run_mutmut(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str]
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     (ROOT / "mutants").mkdir(exist_ok=True)
     generate(jobs)
-    for_now = set_aside(chosen, prefixes)
+    set_aside(chosen, prefixes)
     log = ROOT / "mutants" / "mutmut.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     print(f"mutmut over {', '.join(prefixes)} with {jobs} worker(s); its output: {log}",
@@ -204,7 +213,7 @@ def run_mutmut(chosen: Callable[[Mutant, int | None], bool], prefixes: list[str]
                                   cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     finally:
         stop.set()
-        restore(for_now)
+        restore()
     if done.returncode != 0:
         sys.exit(f"mutmut failed (exit {done.returncode}); see {log}")
 
@@ -440,6 +449,7 @@ def main() -> int:
                         help="the scores only, not the surviving mutants' changes")
     args = parser.parse_args()
     prefixes = targets(args.target)
+    restore()  # what a run stopped by a signal left set aside
     if args.survivors:
         left = {m.name for m in results(prefixes) if m.status in UNKILLED}
         if left:
