@@ -518,13 +518,13 @@ class PostgresMachine(EngineMachine):
         return list(self.store.engine.conn.execute(
             """SELECT id, source, source_id, payload, status, attempts, claim_gen,
                       available_at FROM events WHERE inbox_id = %s ORDER BY id""",
-            (self.store.inbox_id or 0,)).fetchall())
+            (self.store.inbox_id,)).fetchall())
 
     def keys_stored_twice(self) -> int:
         return int(self.store.engine.conn.execute(
             """SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE inbox_id = %s
                GROUP BY source, source_id HAVING COUNT(*) > 1) twice""",
-            (self.store.inbox_id or 0,)).fetchone()[0])
+            (self.store.inbox_id,)).fetchone()[0])
 
 
 EngineMachine.TestCase.settings = settings(

@@ -14,7 +14,7 @@ from agentbox.backends.postgres import db
 from agentbox.backends.postgres.url import parse
 from agentbox.errors import Busy, DatabaseError, NoInbox, UsageError
 from agentbox.ledger.store import Store
-from agentbox.location import open_engine, open_inboxes, open_store
+from agentbox.location import open_inboxes, open_store
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.fixtures import Opener
@@ -31,7 +31,7 @@ def ingest_numbered(store: Store, count: int) -> None:
 def test_a_long_read_comes_in_chunks_of_the_size_asked(store: Store) -> None:
     """A backup holds one chunk of rows in memory at a time: the size is a bound."""
     ingest_numbered(store, 7)
-    with store.engine.snapshot(store._made()) as reader:
+    with store.engine.snapshot(store.inbox_id) as reader:
         chunks = [[row[0] for row in chunk] for chunk in reader.chunks(
             "SELECT source_id FROM events WHERE inbox_id = :box ORDER BY id", 3)]
     assert chunks == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
@@ -43,7 +43,7 @@ def test_a_long_read_streams_from_the_server_and_its_failure_is_translated(
     failing row arrive before its error (a read fetched whole would fail at once), and
     the error names the inbox in agentbox's words."""
     arrived: list[list[int]] = []
-    with pytest.raises(DatabaseError) as failed, store.engine.snapshot(store._made()) as reader:
+    with pytest.raises(DatabaseError) as failed, store.engine.snapshot(store.inbox_id) as reader:
         for chunk in reader.chunks("SELECT 10 / (5 - n) FROM generate_series(1, 7) n", 2):
             arrived.append([row[0] for row in chunk])
     assert arrived == [[2, 3], [5, 10]]
@@ -159,20 +159,6 @@ def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
     with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
         open_store(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
     assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
-
-
-def test_a_store_whose_inbox_cannot_be_looked_up_in_time_is_busy_naming_it(
-        open_inbox: Opener, pg_url: str) -> None:
-    """The engine is open, the inboxes are then held by another session: the store made
-    on it looks its inbox's row up, and gives up after the lock timeout."""
-    open_inbox("alice").ingest("hook", "1", "{}", T0)
-    engine = open_engine(pg_url, "alice", busy_timeout=LOCK_TIMEOUT_S)
-    try:
-        with table_locked(pg_url, "inboxes"), pytest.raises(Busy) as gave_up:
-            Store(engine)
-        assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
-    finally:
-        engine.close()
 
 
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:

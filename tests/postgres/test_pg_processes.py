@@ -87,8 +87,6 @@ def waiting_on(holder: Store, observer: Store) -> int:
 @contextlib.contextmanager
 def inbox_locked(store: Store) -> Iterator[None]:
     """Hold the store's inbox lock, as a writer in the middle of its transaction does."""
-    store.instance_id()  # makes the inbox row, if no write has yet
-    assert store.inbox_id is not None
     with store._locked():
         yield
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentbox.ledger.store import Store
+from agentbox.location import open_engine
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import IngestResult
 from support.clock import T0
@@ -33,6 +34,21 @@ def sent(store: Store) -> Iterator[list[str]]:
     conn.execute = counted
     yield messages
     del conn.execute
+
+
+def test_a_store_on_an_open_engine_asks_the_server_nothing(
+        store: Store, pg_url: str) -> None:
+    """The engine found its inbox's row as it opened: the store made on it (each ingest
+    process makes one) sends no message before its first statement."""
+    engine: Any = open_engine(pg_url, "alice")
+    messages: list[str] = []
+    engine.conn.execute = lambda query, *args, **kwargs: messages.append(str(query))
+    try:
+        assert Store(engine).inbox_id == store.inbox_id
+        assert messages == []
+    finally:
+        del engine.conn.execute
+        engine.close()
 
 
 def test_a_claim_is_two_round_trips_and_stands(store: Store, sent: list[str]) -> None:

@@ -156,7 +156,7 @@ def vacuum_catalogs(full: bool = False) -> None:
 def dump(store: Store) -> dict[str, object]:
     """Every row of every table that belongs to the store's inbox (the schema's
     migrations included), in one query: two equal dumps mean nothing changed."""
-    row = store.engine.conn.execute(_dump_query(store), {"box": store.inbox_id or 0}).fetchone()
+    row = store.engine.conn.execute(_dump_query(store), {"box": store.inbox_id}).fetchone()
     assert row is not None
     return dict(row[0])
 
@@ -184,7 +184,7 @@ def real_counts(store: Store, table: str, column: str,
     """Counts by state from a real GROUP BY over the inbox's rows, zero included."""
     found = dict(store.engine.conn.execute(
         f"SELECT {column}, COUNT(*) FROM {table} WHERE inbox_id = %s GROUP BY {column}",
-        (store.inbox_id or 0,)).fetchall())
+        (store.inbox_id,)).fetchall())
     assert set(found) <= set(states), found
     return {s: int(found.get(s, 0)) for s in states}
 

@@ -46,7 +46,7 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
 
 def copy_inbox(source: Store, dest: Store) -> None:
     """Every row of ``source``'s inbox into ``dest``'s, which must be new and empty."""
-    box = source._made()
+    box = source.inbox_id
     with source.engine.snapshot(box) as reader, dest._write() as tx:
         row = reader.one(f"SELECT {', '.join(INBOX_COLUMNS)} FROM inboxes WHERE id = :box")
         assert row is not None

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from agentbox.ledger.engine import Engine, Params, Reader, Row, Tx
 
 LEASE_COLUMNS = "lease_holder, lease_generation, lease_until, lease_released"
-NO_INBOX = 0  # no inbox row has this id: reads through it find nothing
 # The key prefix of things made now (see Core.key_prefix), in one read.
 KEY_PREFIX = """SELECT COALESCE((SELECT prefix FROM epochs WHERE inbox_id = :box
                                  ORDER BY epoch DESC LIMIT 1), instance)
@@ -55,36 +54,22 @@ class Core:
         self.engine = engine
         #: Where the inbox lives: a file path, or a PostgreSQL URL without its password.
         self.location = engine.location
-        self._box: int | None = engine.inbox(create=False)
+        #: The inbox's row id in its database (the engine found or made it as it opened).
+        self.inbox_id = engine.box
         self._instance: str | None = None
 
-    @property
-    def inbox_id(self) -> int | None:
-        """The inbox's row id in its database; None until its first write made it."""
-        return self._box
-
     def _read(self) -> Reader:
-        """Reads of the inbox; until its row exists, of no inbox (they find nothing)."""
-        if self._box is None:
-            self._box = self.engine.inbox(create=False)
-        return self.engine.reader(NO_INBOX if self._box is None else self._box)
-
-    def _made(self) -> int:
-        """The inbox's row id, the row made now if this is its first write."""
-        if self._box is None:
-            self._box = self.engine.inbox(create=True)
-            assert self._box is not None
-        return self._box
+        """Reads of the inbox, each statement on its own."""
+        return self.engine.reader(self.inbox_id)
 
     def _write(self, durable: bool = True) -> AbstractContextManager[Tx]:
         """A transaction that does not take the inbox's lock (a conflict's note, say)."""
-        return self.engine.write(self._made(), durable=durable)
+        return self.engine.write(self.inbox_id, durable=durable)
 
     def group(self) -> AbstractContextManager[None] | None:
         """One transaction for every write made inside it, committed once (see
         :meth:`~agentbox.ledger.engine.Engine.group`); None where the engine groups
         concurrent commits itself. :class:`agentbox.groupcommit.GroupCommit` uses it."""
-        self._made()  # the inbox's row, made before the group's transaction begins
         return self.engine.group()
 
     @contextmanager
@@ -113,7 +98,6 @@ class Core:
         :meth:`key_prefix` instead, which is this id until the inbox's first restore.
         """
         if self._instance is None:
-            self._made()
             row = self._read().one("SELECT instance FROM inboxes WHERE id = :box")
             assert row is not None
             self._instance = str(row[0])
@@ -124,7 +108,6 @@ class Core:
         builds a key on the inbox): the instance id, and after a restore the prefix of
         the restore's epoch, so nothing made after a restore takes a key the replaced
         inbox may have given out after the backup was taken. Read afresh each call."""
-        self._made()
         row = self._read().one(KEY_PREFIX)
         assert row is not None
         return str(row[0])

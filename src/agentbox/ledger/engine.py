@@ -118,11 +118,9 @@ class Engine(Protocol):
     #: What the statement reading the inbox's row inside a write transaction ends
     #: with, to lock that row ("" where the transaction holds the lock already).
     lock_clause: str
-
-    def inbox(self, create: bool) -> int | None:
-        """The row id of the inbox in ``inboxes``; made now if ``create``, else None
-        while there is none."""
-        ...
+    #: The inbox's row id in ``inboxes``, found or made as the engine opened: an engine
+    #: is never of an inbox that is not there (one opened only to read is refused).
+    box: int
 
     def reader(self, box: int) -> Reader:
         """Reads outside any transaction, each statement on its own."""

@@ -184,7 +184,7 @@ class Inbox(Core):
         text = payload_text(payload, max_payload)
         if stored is not None:
             return self._noted(_against(stored, source, source_id, text), text, now)
-        box = self._made()
+        box = self.inbox_id
         for _ in range(RACE_RETRIES):
             new = self.engine.store_event(None, box, source, source_id, text, now)
             if isinstance(new, int):

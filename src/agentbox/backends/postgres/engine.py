@@ -222,32 +222,25 @@ class PostgresEngine:
         try:
             found = db.find_inbox(self.conn, self.user)
             if found is None and create:
-                db.create_inbox(self.conn, self.user)
+                found = db.create_inbox(self.conn, self.user)
         except psycopg.Error as exc:
             self.conn.close()
             raise db.translate(exc, self.location) from None
-        if found is None and not create:
+        if found is None:
             self.conn.close()
             raise NoInbox(f"{self.location} (user {self.user})")
+        self.box = found
 
     @classmethod
     def sharing(cls, conn: psycopg.Connection[Any], target: Target,
-                user: str) -> PostgresEngine:
-        """The engine of an existing inbox on a connection it shares (and does not close):
-        how one process serves every inbox of a schema without a connection each."""
+                user: str, box: int) -> PostgresEngine:
+        """The engine of the inbox ``box`` of ``user``, found already, on a connection it
+        shares (and does not close): how one process serves every inbox of a schema
+        without a connection each."""
         engine = cls.__new__(cls)
         engine.user, engine.target, engine.location = user, target, target.location
-        engine.conn, engine._owns_conn = conn, False
+        engine.conn, engine._owns_conn, engine.box = conn, False, box
         return engine
-
-    def inbox(self, create: bool) -> int | None:
-        """The row found or made as the engine was opened: one opened to write made it
-        then (inboxes are never deleted), one opened only to read was refused without
-        it, and one shared is of an inbox found there; ``create`` has nothing to make."""
-        try:
-            return db.find_inbox(self.conn, self.user)
-        except psycopg.Error as exc:
-            raise db.translate(exc, self.location) from None
 
     def reader(self, box: int) -> _Reader:
         return _Reader(self.conn, box, self.location)

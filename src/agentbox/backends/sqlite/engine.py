@@ -150,6 +150,7 @@ class SqliteEngine:
     """One inbox file, on one connection, shared by nothing else."""
 
     lock_clause = ""  # BEGIN IMMEDIATE holds the file's write lock already
+    box = BOX
 
     def __init__(self, path: str | os.PathLike[str], *, durable: bool = True,
                  make_folders: bool = True, create: bool = True,
@@ -198,9 +199,6 @@ class SqliteEngine:
         self.conn.close()
         self.conn, self._file = conn, _identity(self.location)
         self._reader = _Reader(conn, BOX, self.location)
-
-    def inbox(self, create: bool) -> int:
-        return BOX
 
     def reader(self, box: int) -> _Reader:
         """The file's one inbox: :meth:`inbox` names no other, so ``box`` is always BOX
