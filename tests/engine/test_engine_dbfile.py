@@ -136,6 +136,45 @@ def test_a_file_a_newer_agentbox_migrated_meanwhile_is_refused_naming_it(
     assert str(refused.value).startswith(f"{path}: made by a newer agentbox")
 
 
+class _RacedConnection(db.InboxConnection):
+    """A connection to a new file that another, newer agentbox makes its own just before
+    this one's first migration takes the write lock."""
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql.startswith("BEGIN IMMEDIATE") and not getattr(self, "raced", False):
+            self.raced = True
+            with raw(Path(self.execute("PRAGMA database_list").fetchone()[2])) as other:
+                other.execute(f"PRAGMA application_id = {db.APPLICATION_ID}")
+                other.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+        return super().execute(sql, *args)
+
+
+def test_a_new_file_a_newer_agentbox_takes_while_it_is_opened_is_refused_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(db, "InboxConnection", _RacedConnection)
+    path = tmp_path / "inbox.sqlite3"
+    with pytest.raises(DatabaseError) as refused:
+        db.connect(path)
+    assert str(refused.value).startswith(f"{path}: made by a newer agentbox")
+
+
+class _NoWalConnection(db.InboxConnection):
+    """A connection whose file cannot take WAL: SQLite then answers the mode it keeps."""
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        return super().execute("PRAGMA journal_mode" if sql == "PRAGMA journal_mode=WAL"
+                               else sql, *args)
+
+
+def test_a_file_that_cannot_take_wal_is_refused_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(db, "InboxConnection", _NoWalConnection)
+    path = tmp_path / "inbox.sqlite3"
+    with pytest.raises(DatabaseError) as refused:
+        db.connect(path)
+    assert str(refused.value) == f"{path}: cannot switch the database to WAL mode"
+
+
 def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:
     path = tmp_path / "touched.sqlite3"
     path.touch()

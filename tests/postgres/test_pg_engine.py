@@ -161,6 +161,16 @@ def test_an_open_kept_from_the_inboxes_is_busy_naming_the_inbox(
     assert str(gave_up.value) == f"{pg_url}: {GAVE_UP}"
 
 
+@pytest.mark.parametrize("create", [True, False])
+def test_a_server_that_is_not_there_is_one_line_naming_the_url_without_its_password(
+        create: bool) -> None:
+    with pytest.raises(DatabaseError) as refused:
+        open_store("postgresql://postgres:hunter2@127.0.0.1:1/test", "alice", create=create)
+    assert str(refused.value) == (
+        "postgresql://postgres@127.0.0.1:1/test: cannot connect to PostgreSQL: "
+        "Connection refused")
+
+
 def test_a_recount_rebuilds_every_tally_from_the_rows(store: Store, pg_url: str) -> None:
     """The tallies the statements keep can be set again from the rows themselves (what
     a copy needs, its rows written past those statements): every state of every table."""

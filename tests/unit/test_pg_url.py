@@ -31,6 +31,10 @@ CASES = [
     ("postgresql:///inbox?host=/run/postgresql&options=",
      Target("postgresql:///inbox?host=%2Frun%2Fpostgresql&options=", DEFAULT_SCHEMA,
             "postgresql:///inbox?host=%2Frun%2Fpostgresql&options=")),
+    # a password written with a bare "@": everything before the last one is hidden, as
+    # libpq may read the rest of it as the password
+    ("postgresql://app:p@ss@db/inbox",
+     Target("postgresql://app:p@ss@db/inbox", DEFAULT_SCHEMA, "postgresql://app@db/inbox")),
     ("postgresql://a%40b:p%3Aw@db/inbox",
      Target("postgresql://a%40b:p%3Aw@db/inbox", DEFAULT_SCHEMA, "postgresql://a%40b@db/inbox")),
 ]
