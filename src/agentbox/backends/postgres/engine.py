@@ -1,7 +1,7 @@
 """The ledger's engine over PostgreSQL: every user's inbox in one schema.
 
-An inbox is a row of ``inboxes`` (made by its first write) and its rows in
-every other table carry its ``inbox_id``. A write transaction is a
+An inbox is a row of ``inboxes`` (made when a command that may write opens it),
+and its rows in every other table carry its ``inbox_id``. A write transaction is a
 :class:`~agentbox.backends.postgres.db.Tx`: its first read carries the BEGIN
 and its other writes go out with the COMMIT, so a transaction costs one round
 trip per read its decisions need, plus one. The inbox's lock is its
