@@ -136,6 +136,23 @@ def test_a_file_a_newer_agentbox_migrated_meanwhile_is_refused_naming_it(
     assert str(refused.value).startswith(f"{path}: made by a newer agentbox")
 
 
+def test_an_up_to_date_file_opens_while_another_process_holds_its_write_lock(
+        tmp_path: Path) -> None:
+    """Opening takes no write lock once every migration is in: a command that only
+    reads does not wait behind a writer."""
+    path = tmp_path / "inbox.sqlite3"
+    db.connect(path).close()
+    writer = raw(path)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        db.connect(path, busy_timeout=2).close()
+        assert time.monotonic() - started < 1
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
 class _RacedConnection(db.InboxConnection):
     """A connection to a new file that another, newer agentbox makes its own just before
     this one's first migration takes the write lock."""
