@@ -6,7 +6,7 @@
     python tools/mutation.py sqlite postgres     # the engines
     python tools/mutation.py rules.timers        # one module
     python tools/mutation.py --report rules      # score the last run again, running nothing
-    python tools/mutation.py --survivors sqlite  # test again what the last run left alive
+    python tools/mutation.py --survivors sqlite  # test again what the last run left alive or unchecked
 
 mutmut (``pip install -e '.[mutation]'``) copies src/ into ./mutants, changes
 one thing at a time in the chosen modules and runs the in-process tests that
@@ -444,17 +444,19 @@ def main() -> int:
                         help="reuse mutants/ from an earlier run instead of starting afresh")
     parser.add_argument("--survivors", action="store_true",
                         help="test again only the mutants of the last run not killed "
-                             "(after tests were added), keeping the rest of its results")
+                             "(after tests were added) and those of functions changed "
+                             "since, keeping the rest of its results")
     parser.add_argument("--quiet", action="store_true",
                         help="the scores only, not the surviving mutants' changes")
     args = parser.parse_args()
     prefixes = targets(args.target)
     restore()  # what a run stopped by a signal left set aside
     if args.survivors:
+        # and those of functions changed since, which mutmut finds unchecked
         left = {m.name for m in results(prefixes) if m.status in UNKILLED}
-        if left:
-            run_mutmut(lambda m, _: m.name in left, prefixes, args.jobs, keep=True)
-            recheck_loading(results(prefixes))
+        run_mutmut(lambda m, code: m.name in left or (code is None and within(m, prefixes)),
+                   prefixes, args.jobs, keep=True)
+        recheck_loading(results(prefixes))
     elif not args.report:
         LOADING.unlink(missing_ok=True)  # code that changed since is tested again
         run_mutmut(lambda m, code: code in (None, SET_ASIDE) and within(m, prefixes),
