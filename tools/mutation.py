@@ -6,7 +6,7 @@
     python tools/mutation.py sqlite postgres     # the engines
     python tools/mutation.py rules.timers        # one module
     python tools/mutation.py --report rules      # score the last run again, running nothing
-    python tools/mutation.py --survivors sqlite  # test again what the last run left alive or unchecked
+    python tools/mutation.py --survivors sqlite  # again: what is left alive or unchecked
 
 mutmut (``pip install -e '.[mutation]'``) copies src/ into ./mutants, changes
 one thing at a time in the chosen modules and runs the in-process tests that

@@ -93,7 +93,7 @@ def session(target: Target, durable: bool = True,
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "agentbox")
     try:
-        return psycopg.connect(make_conninfo(**params), autocommit=True)
+        return psycopg.connect(make_conninfo("", **params), autocommit=True)
     except psycopg.Error as exc:
         raise translate(exc, target.location) from None
 

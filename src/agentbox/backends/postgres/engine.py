@@ -211,7 +211,7 @@ class PostgresEngine:
                  create: bool) -> None:
         from agentbox.paths import check_user
 
-        self.user = check_user(user)
+        user = check_user(user)
         self.target = parse(url)
         self.location = self.target.location
         self.conn: psycopg.Connection[Any] = db.connect(self.target, durable, lock_timeout,
@@ -220,25 +220,25 @@ class PostgresEngine:
         # As a command that may write makes an SQLite inbox by opening its file, it
         # makes this inbox's row by opening it; one that only reads makes nothing.
         try:
-            found = db.find_inbox(self.conn, self.user)
+            found = db.find_inbox(self.conn, user)
             if found is None and create:
-                found = db.create_inbox(self.conn, self.user)
+                found = db.create_inbox(self.conn, user)
         except psycopg.Error as exc:
             self.conn.close()
             raise db.translate(exc, self.location) from None
         if found is None:
             self.conn.close()
-            raise NoInbox(f"{self.location} (user {self.user})")
+            raise NoInbox(f"{self.location} (user {user})")
         self.box = found
 
     @classmethod
-    def sharing(cls, conn: psycopg.Connection[Any], target: Target,
-                user: str, box: int) -> PostgresEngine:
-        """The engine of the inbox ``box`` of ``user``, found already, on a connection it
-        shares (and does not close): how one process serves every inbox of a schema
-        without a connection each."""
+    def sharing(cls, conn: psycopg.Connection[Any], target: Target, box: int
+                ) -> PostgresEngine:
+        """The engine of the inbox ``box``, found already, on a connection it shares (and
+        does not close): how one process serves every inbox of a schema without a
+        connection each."""
         engine = cls.__new__(cls)
-        engine.user, engine.target, engine.location = user, target, target.location
+        engine.target, engine.location = target, target.location
         engine.conn, engine._owns_conn, engine.box = conn, False, box
         return engine
 

@@ -54,7 +54,7 @@ class PostgresInboxes:
             box = self._box_of(user)
             if box is None:
                 raise DatabaseError(f"{self.location}: no inbox for user {user!r}")
-            opened = Store(PostgresEngine.sharing(self.conn, self.target, user, box))
+            opened = Store(PostgresEngine.sharing(self.conn, self.target, box))
             self._stores[user] = opened
         return opened
 
@@ -67,7 +67,7 @@ class PostgresInboxes:
         try:
             names = {int(i): str(n) for i, n in self._read(
                 "SELECT id, name FROM inboxes WHERE name = ANY(%s)", (sorted(users),))}
-            due = next_work_of(PostgresEngine.sharing(self.conn, self.target, "", 0).reader(0),
+            due = next_work_of(PostgresEngine.sharing(self.conn, self.target, 0).reader(0),
                                names, now)
         except AgentboxError as exc:
             self._failed.update(dict.fromkeys(users, str(exc)))
