@@ -58,3 +58,24 @@ def test_the_budget_check_sums_the_days_usage_from_its_index_alone(store: Store)
     [summed] = [sql for sql in traced if "SUM(" in sql]
     plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {summed}")]
     assert any("USING COVERING INDEX run_usage_by_time" in step for step in plan), plan
+
+
+def test_a_claim_finds_the_events_that_failed_a_try_by_their_index(store: Store) -> None:
+    """Retries and events out of tries are looked for before fresh ones: by the partial
+    index `events_retrying`, not by walking every pending event of the backlog."""
+    from agentbox.rules.policy import Policy
+
+    for n in range(20):
+        store.ingest("chat", f"m{n}", "{}", T0)
+    generation = store.acquire("w", T0, 60)
+    assert generation is not None
+    conn = store.engine.conn  # type: ignore[attr-defined]
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    try:
+        assert store.claim("w", generation, T0, Policy(max_batch=1)) is not None
+    finally:
+        conn.set_trace_callback(None)
+    [candidates] = [sql for sql in traced if "'exhausted'" in sql]
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {candidates}")]
+    assert sum("USING INDEX events_retrying" in step for step in plan) == 2, plan

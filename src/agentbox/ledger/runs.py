@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 
 Candidate = tuple[int, int, int | None, str | None]  # id, attempts, claim_gen, error
 
+# `status = 'pending' AND attempts > 0` is the condition of the index events_retrying:
+# written term for term, each read below walks the events that failed a try, not the
+# whole backlog (:max is at least 1).
 _EXHAUSTED = """SELECT 'exhausted', id, attempts, claim_gen, error FROM events
-                WHERE inbox_id = :box AND status = 'pending' AND attempts >= :max"""
+                WHERE inbox_id = :box AND status = 'pending' AND attempts > 0
+                  AND attempts >= :max"""
 _READY = """SELECT * FROM (SELECT 'retry', id, attempts, claim_gen, error FROM events
                            WHERE inbox_id = :box AND status = 'pending' AND attempts > 0
                              AND available_at <= :now ORDER BY id LIMIT 1) AS retry

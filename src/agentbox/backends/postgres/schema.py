@@ -320,5 +320,10 @@ CREATE TABLE run_usage (
     "CREATE INDEX dispatches_by_channel ON dispatches (inbox_id, channel, state, claimed_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: the events a claim looks for before fresh ones have an index of their
+# own (see the SQLite schema's version 14).
+_V6 = ("""CREATE INDEX events_retrying ON events (inbox_id, id)
+          WHERE status = 'pending' AND attempts > 0""",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -358,6 +358,15 @@ DROP INDEX run_usage_by_time;
 CREATE INDEX run_usage_by_time ON run_usage (inbox_id, at, tokens, cost);
 """
 
+# Version 14: the events a claim looks for before fresh ones (pending after a failed
+# try: to retry, or out of tries) have an index of their own. Through the status index
+# alone, that look walked every pending event, so a claim cost grew with the backlog;
+# a new event (no try yet) is never in this one, so an ingest writes nothing more. The
+# claim's queries name its condition term for term, as SQLite's planner needs.
+_V14 = """
+CREATE INDEX events_retrying ON events (inbox_id, id) WHERE status = 'pending' AND attempts > 0;
+"""
+
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
-                               _V11, _V12, _V13)
+                               _V11, _V12, _V13, _V14)
 SCHEMA_VERSION = len(MIGRATIONS)
