@@ -166,13 +166,20 @@ class _RacedConnection(db.InboxConnection):
         return super().execute(sql, *args)
 
 
-def test_a_new_file_a_newer_agentbox_takes_while_it_is_opened_is_refused_naming_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "InboxConnection", _RacedConnection)
-    path = tmp_path / "inbox.sqlite3"
+def refusal_of_new_file(path: Path, monkeypatch: pytest.MonkeyPatch,
+                        connection: type[db.InboxConnection]) -> str:
+    """What opening a new inbox file at ``path`` through ``connection`` is refused with."""
+    monkeypatch.setattr(db, "InboxConnection", connection)
     with pytest.raises(DatabaseError) as refused:
         db.connect(path)
-    assert str(refused.value).startswith(f"{path}: made by a newer agentbox")
+    return str(refused.value)
+
+
+def test_a_new_file_a_newer_agentbox_takes_while_it_is_opened_is_refused_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    assert refusal_of_new_file(path, monkeypatch, _RacedConnection).startswith(
+        f"{path}: made by a newer agentbox")
 
 
 class _NoWalConnection(db.InboxConnection):
@@ -185,11 +192,9 @@ class _NoWalConnection(db.InboxConnection):
 
 def test_a_file_that_cannot_take_wal_is_refused_naming_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "InboxConnection", _NoWalConnection)
     path = tmp_path / "inbox.sqlite3"
-    with pytest.raises(DatabaseError) as refused:
-        db.connect(path)
-    assert str(refused.value) == f"{path}: cannot switch the database to WAL mode"
+    assert refusal_of_new_file(path, monkeypatch, _NoWalConnection) == (
+        f"{path}: cannot switch the database to WAL mode")
 
 
 def test_an_empty_existing_file_becomes_an_inbox(tmp_path: Path) -> None:

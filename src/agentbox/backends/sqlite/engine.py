@@ -201,7 +201,7 @@ class SqliteEngine:
         self._reader = _Reader(conn, BOX, self.location)
 
     def reader(self, box: int) -> _Reader:
-        """The file's one inbox: :meth:`inbox` names no other, so ``box`` is always BOX
+        """The file's one inbox: :attr:`box` names no other, so ``box`` is always BOX
         (the file at the inbox's path now: a replaced file is reopened first)."""
         self.current()
         return self._reader
