@@ -335,3 +335,14 @@ def test_a_key_refused_then_found_neither_stored_nor_remembered_is_tried_again(
     stored = backend.ingest("hook", "hook-0", '{"n":0}', T0)
     assert stored.outcome == "stored" and backend.event(stored.id) is not None
     assert refuse_once == []
+
+
+def test_keys_with_percent_signs_are_pruned_and_remembered(
+        backend: Store) -> None:
+    """A ``%`` is only text: keys like ``50%off`` and ``%s`` are pruned and remembered
+    as any other (PostgreSQL's driver reads ``%`` in a statement as a parameter)."""
+    old = done_events(backend, 2, source="50%off %s")
+    assert prune(backend, LATER).events == 2
+    assert [backend.event(i) for i in old] == [None, None]
+    again = backend.ingest("50%off %s", "50%off %s-0", '{"n":0}', LATER)
+    assert again.outcome == "duplicate"

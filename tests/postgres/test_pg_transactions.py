@@ -27,8 +27,11 @@ from support.store import POLICY
 
 pytestmark = pytest.mark.postgres_only
 
+# A detail with per cent signs: a value written into a statement is not read as a
+# parameter.
 NOTED = [{"at": T0, "subject": "event", "subject_id": str(n), "action": "noted",
-          "generation": None, "detail": detail} for n, detail in enumerate(["a", "b, (c)", "d"])]
+          "generation": None, "detail": detail}
+         for n, detail in enumerate(["a", "b, (c)", "100% %s %(x)s"])]
 # The ledger's own history INSERT, and two spellings its fast path must not misread:
 # a VALUES before the last one, and a last VALUES group followed by more SQL.
 CTE_FIRST = ("WITH kinds (subject) AS (VALUES ('event')) " + history._INSERT)

@@ -264,8 +264,12 @@ class Tx:
 
     def write(self, query: str, params: Params = ()) -> None:
         """Queue a statement whose answer nobody reads."""
+        self.queue(self.bind(query, params))
+
+    def queue(self, sql: str) -> None:
+        """Queue SQL as the server will read it (its values written in: see :meth:`bind`)."""
         assert not self._done, "a statement after the transaction's last"
-        self._queued.append(self.bind(query, params))
+        self._queued.append(sql)
 
     def bind(self, query: str, params: Params) -> str:
         """``query`` with its parameters written in, as the server will read it."""

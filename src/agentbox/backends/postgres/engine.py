@@ -167,19 +167,19 @@ class _Tx(_Reader):
         self.tx.write(dialect(sql), params)
 
     def many(self, sql: str, rows: Iterable[Params]) -> None:
-        """One statement: an INSERT's VALUES repeated for every row, else the
-        statement once per row, all queued together."""
-        query = dialect(sql)
+        """One statement: an INSERT's VALUES repeated for every row (the values
+        written in), else the statement once per row, all queued together."""
         rows = [{**row, "box": self.box} for row in rows]
         if not rows:
             return
-        head, values, tail = query.rpartition("VALUES")
-        if values and tail.strip().startswith("(") and tail.strip().endswith(")"):
-            self.tx.write(head + "VALUES " + ", ".join(self.tx.bind(tail.strip(), row)
+        head, values, tail = sql.rpartition("VALUES")
+        tail = tail.strip()
+        if values and tail.startswith("(") and tail.endswith(")"):
+            self.tx.queue(head + "VALUES " + ", ".join(self.tx.bind(dialect(tail), row)
                                                         for row in rows))
             return
         for row in rows:
-            self.tx.write(query, row)
+            self.tx.write(dialect(sql), row)
 
     def reads(self, *queries: tuple[str, Params]) -> list[list[Row]]:
         try:
