@@ -58,8 +58,14 @@ def noted_rows(store: Store) -> list[tuple[str, str, str]]:
 
 
 def inserts(sent: list[str]) -> int:
-    """INSERT statements the connection sent, whatever messages carried them."""
-    return sum(message.count("INSERT INTO history") for message in sent)
+    """INSERT statements the connection executed, whatever messages carried them, and
+    whether written out or prepared (and executed by name)."""
+    sent_statements = [s for message in sent for s in message.split(";\n")]
+    prepared = {s.split()[1].split("(")[0] for s in sent_statements
+                if s.startswith("PREPARE") and "INSERT INTO history" in s}
+    return sum(s.split("(")[0].removeprefix("EXECUTE ") in prepared
+               if s.startswith("EXECUTE") else s.count("INSERT INTO history")
+               for s in sent_statements if not s.startswith("PREPARE"))
 
 
 def idle(store: Store) -> bool:

@@ -14,9 +14,14 @@ decisions need, plus one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+import re
+import secrets
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -93,7 +98,11 @@ def session(target: Target, durable: bool = True,
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "agentbox")
     try:
-        return psycopg.connect(make_conninfo("", **params), autocommit=True)
+        # psycopg's own preparing is off: agentbox prepares its statements itself
+        # (Prepared), and psycopg deallocates every statement of the session when it
+        # sees a ROLLBACK while it holds one of its own.
+        return psycopg.connect(make_conninfo("", **params), autocommit=True,
+                               prepare_threshold=None)
     except psycopg.Error as exc:
         raise translate(exc, target.location) from None
 
@@ -125,8 +134,6 @@ def temporary_schema(url: str, prefix: str = "agentbox_tmp") -> Iterator[str]:
 
     For throwaway inboxes: the scenario runner and the tests.
     """
-    import secrets
-
     fresh = with_schema(url, f"{prefix}_{secrets.token_hex(6)}")
     try:
         yield fresh
@@ -212,6 +219,108 @@ def _version_in_transaction(conn: psycopg.Connection[Any], target: Target) -> in
     return int(version[0])
 
 
+# The statements one session keeps prepared, as psycopg keeps its own: the
+# ledger's id lists make a statement's text vary, so the least used go.
+PREPARED_MAX = 100
+_PLACEHOLDER = re.compile(r"%(?:\((\w+)\)s|%)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbered(query: str) -> tuple[str, tuple[str, ...]]:
+    """``query``'s ``%(name)s`` parameters as the server's ``$1``, ``$2`` …, and the names
+    in that order (a doubled ``%`` undoubled: the text goes out as it is)."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(number, query), tuple(names)
+
+
+def _declared(value: Any) -> str:
+    """The type a parameter is declared with: an integer is a ``bigint`` wherever it is
+    compared (one parameter may meet an ``integer`` and a ``bigint`` column), any
+    other value takes the type of the place it is used in."""
+    if isinstance(value, bool):
+        return "boolean"
+    return "bigint" if isinstance(value, int) else "unknown"
+
+
+class Prepared:
+    """The statements one session has prepared (``PREPARE``, ``EXECUTE``), so a statement
+    a long-lived process sends again is neither parsed nor, once the server settles
+    on a generic plan, planned again: a claim's reads cost a third as much.
+
+    :class:`Tx` sends a statement's PREPARE at the head of the message that first
+    executes it, so preparing costs no round trip; psycopg's own prepared
+    statements need the extended protocol, one statement per message, which
+    would cost a transaction a round trip per statement. A transaction given up
+    before its PREPARE went out (a claim that finds a timer due) forgets it. A
+    PREPARE outlives a rolled-back transaction, so a message that failed with
+    PREPAREs in it leaves this record unsure: :meth:`settle` asks the server
+    which exist. The names
+    carry a token of this record's own, so a session a pooler hands on with
+    another client's statements still prepared can never run one of those.
+    """
+
+    def __init__(self, limit: int = PREPARED_MAX) -> None:
+        self.limit = limit
+        self.prefix = f"agentbox_{secrets.token_hex(4)}_"
+        self._names: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
+        self._serial = 0
+        # Displaced names, deallocated by the next transaction: one the transaction that
+        # displaced them may still execute.
+        self.stale: list[str] = []
+
+    def use(self, query: str, types: tuple[str, ...]) -> tuple[str, str | None]:
+        """The name ``query`` (``$n`` parameters of ``types``) is prepared under, and its
+        PREPARE when the session holds it not yet."""
+        key = (query, types)
+        name = self._names.get(key)
+        if name is not None:
+            self._names.move_to_end(key)
+            return name, None
+        if len(self._names) >= self.limit:
+            self.stale.append(self._names.popitem(last=False)[1])
+        self._serial += 1
+        name = self._names[key] = f"{self.prefix}{self._serial}"
+        declared = f"({', '.join(types)})" if types else ""
+        return name, f"PREPARE {name}{declared} AS {query}"
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Statements whose PREPARE never went out."""
+        gone = set(names)
+        for key, name in list(self._names.items()):
+            if name in gone:
+                del self._names[key]
+
+    def settle(self, conn: psycopg.Connection[Any]) -> None:
+        """Keep only what the server holds, and let go of what this record lost."""
+        held = {str(name) for name, in conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE starts_with(name, %s)",
+            (self.prefix,))}
+        self.forget(set(self._names.values()) - held)
+        for name in held - set(self._names.values()):
+            conn.execute(f"DEALLOCATE {name}")
+        self.stale.clear()
+
+
+_PREPARED: WeakKeyDictionary[psycopg.Connection[Any], Prepared] = WeakKeyDictionary()
+
+
+def prepared(conn: psycopg.Connection[Any]) -> Prepared:
+    """The record of ``conn``'s prepared statements (a new session has none)."""
+    found = _PREPARED.get(conn)
+    if found is None:
+        found = _PREPARED[conn] = Prepared()
+    return found
+
+
 class Tx:
     """One transaction on one inbox; see :func:`transaction`.
 
@@ -219,79 +328,119 @@ class Tx:
     message; writes wait, and go out with the COMMIT. Every message is a
     whole request, so whenever this process stops (SIGSTOP, a frozen
     container) its session is idle in a transaction, the state in which the
-    server ends it after ``IDLE_IN_TRANSACTION_S`` and frees its locks.
+    server ends it after ``IDLE_IN_TRANSACTION_S`` and frees its locks. A
+    statement with parameters is executed by name (:class:`Prepared`).
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], box_id: int, begin: bool = True) -> None:
         self.conn = conn
         self.id = box_id
-        self._queued: list[str] = ["BEGIN"]
+        self._queued: list[str] = ["BEGIN"] if begin else []
+        self._prepared = prepared(conn)
+        # Due at the head of the next message: what to deallocate, what to prepare.
+        self._stale = self._prepared.stale[:]
+        self._prepared.stale.clear()
+        self._new: list[tuple[str, str]] = []  # (name, its PREPARE)
+        self._unsure = False  # a message with PREPAREs or DEALLOCATEs in it failed
         self._bind = psycopg.ClientCursor(conn)
         self._done = False  # committed by :meth:`last`
 
-    def read(self, query: str, params: Params = ()) -> psycopg.Cursor[Any]:
+    def read(self, query: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Any]:
         assert not self._done, "a statement after the transaction's last"
-        if not self._queued:
-            return self.conn.execute(query, params)
-        cursor = self.conn.execute(self._batch(self._bind.mogrify(query, params)))
-        while cursor.nextset():  # the read is the last statement of the batch
-            pass
-        return cursor
+        return self._send(self._statement(query, params))
 
-    def reads(self, queries: Sequence[tuple[str, Params]]) -> list[list[Any]]:
+    def reads(self, queries: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[Any]]:
         """The rows of each of ``queries``, sent in one message after the writes queued
         before them (each statement, under READ COMMITTED, sees what those before it
         did: a lock the first one took holds for the next)."""
-        skip = len(self._queued)
-        cursor = self.conn.execute(self._batch(*(self._bind.mogrify(q, p) for q, p in queries)))
-        found = []
-        for n in range(skip + len(queries)):
-            if n:
-                cursor.nextset()
-            if n >= skip:
-                found.append(cursor.fetchall())
+        cursor = self._send(*(self._statement(q, p) for q, p in queries))
+        found = [cursor.fetchall()]
+        while cursor.nextset():
+            found.append(cursor.fetchall())
         return found
 
-    def last(self, query: str, params: Params = ()) -> list[Any]:
+    def last(self, query: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         """The rows of the transaction's last statement, sent with its COMMIT."""
-        self._queued.append(self._bind.mogrify(query, params))
-        skip = len(self._queued) - 1
-        cursor = self.conn.execute(self._batch("COMMIT"))
+        cursor = self._send(self._statement(query, params), "COMMIT")
         self._done = True
-        for _ in range(skip):
-            cursor.nextset()
         return cursor.fetchall()
 
-    def write(self, query: str, params: Params = ()) -> None:
+    def write(self, query: str, params: Mapping[str, Any] | None = None) -> None:
         """Queue a statement whose answer nobody reads."""
-        self.queue(self.bind(query, params))
+        self.queue(self._statement(query, params))
 
     def queue(self, sql: str) -> None:
         """Queue SQL as the server will read it (its values written in: see :meth:`bind`)."""
         assert not self._done, "a statement after the transaction's last"
         self._queued.append(sql)
 
-    def bind(self, query: str, params: Params) -> str:
+    def bind(self, query: str, params: Mapping[str, Any]) -> str:
         """``query`` with its parameters written in, as the server will read it."""
         return self._bind.mogrify(query, params)
 
-    def _batch(self, *last: str) -> str:
-        """The queued statements and ``last`` as one message, the queue emptied before it
-        is sent: whether or not the message succeeds, what was queued has gone out."""
-        batch = ";\n".join([*self._queued, *last])
+    def _statement(self, query: str, params: Mapping[str, Any] | None) -> str:
+        """What the server is sent for ``query``: its prepared statement executed, when
+        it has parameters."""
+        text, names = _numbered(query)
+        if not params:
+            return text
+        values = [params[name] for name in names]
+        name, prepare = self._prepared.use(text, tuple(map(_declared, values)))
+        if prepare is not None:
+            self._new.append((name, prepare))
+        if not values:
+            return f"EXECUTE {name}"
+        return self._bind.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(values))})",
+                                  values)
+
+    def _send(self, *statements: str) -> psycopg.Cursor[Any]:
+        """What is due, the queued statements and ``statements`` as one message, the
+        cursor at the answer of the first of ``statements``. Whether or not the message
+        succeeds, what was due and queued has gone out."""
+        due = [*(f"DEALLOCATE {name}" for name in self._stale),
+               *(prepare for _, prepare in self._new)]
+        ahead = [*due, *self._queued]
+        self._stale, self._new = [], []
         self._queued.clear()
-        return batch
+        try:
+            cursor = self.conn.execute(";\n".join([*ahead, *statements]))
+        except psycopg.Error:
+            self._unsure = self._unsure or bool(due)
+            raise
+        for _ in ahead:
+            cursor.nextset()
+        return cursor
 
     def commit(self) -> None:
         if not self._done:
-            self.conn.execute(self._batch("COMMIT"))
+            self._send("COMMIT")
 
     def rollback(self) -> None:
         """Undo what reached the server, if anything did: the session's own status
-        says so (no round trip), whatever message failed on the way."""
+        says so (no round trip), whatever message failed on the way. What was due and
+        never went out stays due."""
         self._queued.clear()
-        if not self.conn.closed and self.conn.info.transaction_status != IDLE:
+        self._prepared.forget(name for name, _ in self._new)
+        self._prepared.stale.extend(self._stale)
+        self._stale, self._new = [], []
+        if self.conn.closed:
+            return
+        if self.conn.info.transaction_status != IDLE:
             self.conn.execute("ROLLBACK")
+        if self._unsure:
+            self._prepared.settle(self.conn)
+
+
+def execute(conn: psycopg.Connection[Any], query: str,
+            params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+    """``query`` on its own (the session in autocommit: its own transaction), prepared
+    as a :class:`Tx`'s statements are."""
+    alone = Tx(conn, 0, begin=False)
+    try:
+        return alone.read(query, params)
+    except psycopg.Error:
+        alone.rollback()
+        raise
 
 
 @contextmanager
@@ -314,8 +463,6 @@ def find_inbox(conn: psycopg.Connection[Any], name: str) -> int | None:
 
 def create_inbox(conn: psycopg.Connection[Any], name: str) -> int:
     """The inbox of ``name``, made now if no process has made it yet."""
-    import secrets
-
     row = conn.execute(
         """INSERT INTO inboxes (name, instance, created_at)
            VALUES (%s, %s, extract(epoch FROM now())::bigint)

@@ -120,7 +120,7 @@ class _Reader:
         self.conn, self.box, self.location = conn, box, location
 
     def _cursor(self, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-        return self.conn.execute(dialect(sql), params)
+        return db.execute(self.conn, dialect(sql), params)
 
     def rows(self, sql: str, /, **params: Any) -> list[Row]:
         params["box"] = self.box
@@ -149,6 +149,16 @@ class _Reader:
             raise db.translate(exc, self.location) from None
 
 
+class _Snapshot(_Reader):
+    """Reads inside :meth:`PostgresEngine.snapshot`'s transaction, which ends it however
+    a read fails (so they are not prepared: a failed PREPARE is settled outside any)."""
+
+    __slots__ = ()
+
+    def _cursor(self, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+        return self.conn.execute(dialect(sql), params)
+
+
 class _Tx(_Reader):
     """The ledger's :class:`~agentbox.ledger.engine.Tx` over a queueing transaction:
     a read carries the writes queued before it."""
@@ -167,14 +177,13 @@ class _Tx(_Reader):
         self.tx.write(dialect(sql), params)
 
     def many(self, sql: str, rows: Iterable[Params]) -> None:
-        """One statement: an INSERT's VALUES repeated for every row (the values
-        written in), else the statement once per row, all queued together."""
+        """One statement: an INSERT's VALUES repeated for every row of two or more
+        (the values written in), else the statement (prepared) once per row, all
+        queued together."""
         rows = [{**row, "box": self.box} for row in rows]
-        if not rows:
-            return
         head, values, tail = sql.rpartition("VALUES")
         tail = tail.strip()
-        if values and tail.startswith("(") and tail.endswith(")"):
+        if len(rows) > 1 and values and tail.startswith("(") and tail.endswith(")"):
             self.tx.queue(head + "VALUES " + ", ".join(self.tx.bind(dialect(tail), row)
                                                         for row in rows))
             return
@@ -272,7 +281,7 @@ class PostgresEngine:
         try:
             with self.conn.transaction():
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                yield self.reader(box)
+                yield _Snapshot(self.conn, box, self.location)
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
 
@@ -281,7 +290,7 @@ class PostgresEngine:
         args = {"box": box, "source": source, "source_id": source_id, "payload": payload,
                 "now": now}
         try:
-            found = (self.conn.execute(_STORE, args) if tx is None
+            found = (db.execute(self.conn, _STORE, args) if tx is None
                      else _own(tx).read(_STORE, args)).fetchone()
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
