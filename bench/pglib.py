@@ -64,8 +64,12 @@ def schema(url: str, name: str) -> Iterator[str]:
 
 def session(url: str, synchronous: str = "FULL") -> Any:
     """A bare connection with agentbox's session settings: autocommit, durable commits
-    (``durable=False``: commits that do not wait for the fsync)."""
+    (``durable=False``: commits that do not wait for the fsync). psycopg prepares a
+    statement sent again, as it does by default: agentbox turns that off for its own
+    sessions (it prepares its statements itself), a bare program would not."""
     from agentbox.backends.postgres.db import session as open_session
     from agentbox.backends.postgres.url import parse
 
-    return open_session(parse(url), synchronous)
+    conn = open_session(parse(url), synchronous)
+    conn.prepare_threshold = 5  # psycopg's default
+    return conn

@@ -271,31 +271,36 @@ class Prepared:
     def __init__(self, limit: int = PREPARED_MAX) -> None:
         self.limit = limit
         self.prefix = f"agentbox_{secrets.token_hex(4)}_"
-        self._names: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
+        # (text, parameter types) -> (name, the EXECUTE of it)
+        self._names: OrderedDict[tuple[str, tuple[str, ...]], tuple[str, str]] = OrderedDict()
         self._serial = 0
         # Displaced names, deallocated by the next transaction: one the transaction that
         # displaced them may still execute.
         self.stale: list[str] = []
 
-    def use(self, query: str, types: tuple[str, ...]) -> tuple[str, str | None]:
-        """The name ``query`` (``$n`` parameters of ``types``) is prepared under, and its
-        PREPARE when the session holds it not yet."""
+    def use(self, query: str, types: tuple[str, ...]) -> tuple[str, str, str | None]:
+        """The name ``query`` (``$n`` parameters of ``types``) is prepared under, the
+        statement that executes it (``%s`` for each value), and its PREPARE when the
+        session holds it not yet."""
         key = (query, types)
-        name = self._names.get(key)
-        if name is not None:
+        found = self._names.get(key)
+        if found is not None:
             self._names.move_to_end(key)
-            return name, None
+            return *found, None
         if len(self._names) >= self.limit:
-            self.stale.append(self._names.popitem(last=False)[1])
+            self.stale.append(self._names.popitem(last=False)[1][0])
         self._serial += 1
-        name = self._names[key] = f"{self.prefix}{self._serial}"
+        name = f"{self.prefix}{self._serial}"
+        execute = f"EXECUTE {name}({', '.join(['%s'] * len(types))})" if types else (
+            f"EXECUTE {name}")
+        self._names[key] = (name, execute)
         declared = f"({', '.join(types)})" if types else ""
-        return name, f"PREPARE {name}{declared} AS {query}"
+        return name, execute, f"PREPARE {name}{declared} AS {query}"
 
     def forget(self, names: Iterable[str]) -> None:
         """Statements whose PREPARE never went out."""
         gone = set(names)
-        for key, name in list(self._names.items()):
+        for key, (name, _) in list(self._names.items()):
             if name in gone:
                 del self._names[key]
 
@@ -304,8 +309,9 @@ class Prepared:
         held = {str(name) for name, in conn.execute(
             "SELECT name FROM pg_prepared_statements WHERE starts_with(name, %s)",
             (self.prefix,))}
-        self.forget(set(self._names.values()) - held)
-        for name in held - set(self._names.values()):
+        known = {name for name, _ in self._names.values()}
+        self.forget(known - held)
+        for name in held - known:
             conn.execute(f"DEALLOCATE {name}")
         self.stale.clear()
 
@@ -385,13 +391,10 @@ class Tx:
         if not params:
             return text
         values = [params[name] for name in names]
-        name, prepare = self._prepared.use(text, tuple(map(_declared, values)))
+        name, execute, prepare = self._prepared.use(text, tuple(map(_declared, values)))
         if prepare is not None:
             self._new.append((name, prepare))
-        if not values:
-            return f"EXECUTE {name}"
-        return self._bind.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(values))})",
-                                  values)
+        return self._bind.mogrify(execute, values) if values else execute
 
     def _send(self, *statements: str) -> psycopg.Cursor[Any]:
         """What is due, the queued statements and ``statements`` as one message, the
