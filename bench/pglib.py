@@ -64,12 +64,8 @@ def schema(url: str, name: str) -> Iterator[str]:
 
 def session(url: str, synchronous: str = "FULL") -> Any:
     """A bare connection with agentbox's session settings: autocommit, durable commits
-    (``durable=False``: commits that do not wait for the fsync). psycopg prepares a
-    statement sent again, as it does by default: agentbox turns that off for its own
-    sessions (it prepares its statements itself), a bare program would not."""
+    (``durable=False``: commits that do not wait for the fsync)."""
     from agentbox.backends.postgres.db import session as open_session
     from agentbox.backends.postgres.url import parse
 
-    conn = open_session(parse(url), synchronous)
-    conn.prepare_threshold = 5  # psycopg's default
-    return conn
+    return open_session(parse(url), synchronous)

@@ -1,8 +1,9 @@
-"""A session's prepared statements: a statement sent again is executed by name, its
-PREPARE having gone out in the message that first executed it; the least used go when
-a session holds too many; a message that failed with a PREPARE in it leaves the record
-to be settled with what the server holds, never a name executed that does not exist
-nor one prepared twice."""
+"""A session's prepared statements: a statement a transaction sends again is executed
+by name, its PREPARE having gone out in the message that first executed it; the least
+used go when a session holds too many; a transaction that failed after sending anything
+leaves nothing prepared (psycopg's record and agentbox's start again together), one
+given up before sending forgets what it would have prepared: never a name executed that
+does not exist nor one prepared twice."""
 
 from __future__ import annotations
 
@@ -24,10 +25,15 @@ def statements(message: str) -> list[str]:
     return message.split(";\n")
 
 
-def held(conn: psycopg.Connection[Any]) -> set[str]:
-    """The names of the statements ``conn``'s session holds prepared."""
+def all_held(conn: psycopg.Connection[Any]) -> set[str]:
+    """The names of the statements ``conn``'s session holds prepared, psycopg's too."""
     return {str(name) for name, in conn.execute(
-        "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'agentbox_')")}
+        "SELECT name FROM pg_prepared_statements", prepare=False)}
+
+
+def held(conn: psycopg.Connection[Any]) -> set[str]:
+    """The names of the statements agentbox prepared in ``conn``'s session."""
+    return {name for name in all_held(conn) if name.startswith("agentbox_")}
 
 
 def run(conn: psycopg.Connection[Any], *queries: tuple[str, dict[str, Any]]) -> list[Any]:
@@ -104,34 +110,53 @@ def test_a_session_holds_at_most_its_limit_the_least_used_going_first(
     assert len(held(conn)) == 2
 
 
-def test_a_failed_message_with_a_prepare_in_it_is_settled_with_the_server(
-        store: Store, sent: list[str]) -> None:
-    """The good statement was prepared before the bad one failed to be: the first is
-    executed by name afterwards, the second prepared anew each time it is sent."""
+@pytest.mark.parametrize("failing", ["SELECT 1 / %(n)s::bigint",
+                                     "SELECT %(n)s::bigint FROM no_such_table"],
+                         ids=["after-its-prepare", "in-its-prepare"])
+def test_a_failed_transaction_leaves_nothing_prepared(
+        store: Store, sent: list[str], failing: str) -> None:
+    """A PREPARE outlives the transaction that failed after it, and one may fail itself:
+    the transaction ends with DEALLOCATE ALL, and what it sends next is prepared anew."""
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
-    good, bad = "SELECT %(n)s::bigint", "SELECT %(n)s::bigint FROM no_such_table"
-    with pytest.raises(psycopg.errors.UndefinedTable), db.transaction(conn, 0) as tx:
-        tx.reads([(good, {"n": 1}), (bad, {"n": 1})])
-    assert conn.info.transaction_status == db.IDLE
-    assert len(held(conn)) == 1
+    good = "SELECT %(n)s::bigint"
+    assert run(conn, (good, {"n": 1})) == [(1,)]
+    with pytest.raises(psycopg.Error), db.transaction(conn, 0) as tx:
+        tx.reads([(good, {"n": 2}), (failing, {"n": 0})])
+    assert conn.info.transaction_status == db.IDLE and held(conn) == set()
     sent.clear()
     assert run(conn, (good, {"n": 7})) == [(7,)]
-    assert not any(s.startswith("PREPARE") for s in statements(sent[0]))
-    with pytest.raises(psycopg.errors.UndefinedTable):
-        run(conn, (bad, {"n": 1}))
-    assert len(held(conn)) == 1
+    assert statements(sent[0])[0].startswith("PREPARE")
 
 
-def test_a_failure_after_the_prepares_keeps_them(store: Store, sent: list[str]) -> None:
-    """A PREPARE outlives the transaction that failed after it: the statement is not
-    prepared again (which the server would refuse: the name exists)."""
+def test_psycopg_and_agentbox_start_again_together_after_a_rollback(store: Store) -> None:
+    """Reads sent many times are prepared by psycopg, which deallocates every statement
+    of the session when it sees a ROLLBACK: both records are emptied with the server's,
+    and every statement after runs."""
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
-    query = "SELECT 1 / %(n)s::bigint"
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        run(conn, (query, {"n": 0}))
-    sent.clear()
-    assert run(conn, (query, {"n": 1})) == [(1,)]
-    assert statements(sent[0])[0] == "BEGIN"
+    generation = store.acquire("w", T0, TTL)
+    for _ in range(8):
+        store.lease()
+        assert store.claim("w", generation or 0, T0, Policy(lease_ttl=TTL)) == []
+    assert all_held(conn) - held(conn) and held(conn)  # psycopg's and agentbox's
+    with pytest.raises(Interrupted), db.transaction(conn, store.inbox_id) as tx:
+        tx.read("SELECT 1")
+        raise Interrupted
+    assert all_held(conn) == set()
+    for _ in range(8):
+        lease = store.lease()
+        assert lease is not None and lease.generation == generation
+        assert store.claim("w", generation or 0, T0, Policy(lease_ttl=TTL)) == []
+
+
+def test_a_snapshot_that_failed_leaves_nothing_prepared(store: Store) -> None:
+    conn: Any = store.engine.conn  # type: ignore[attr-defined]
+    generation = store.acquire("w", T0, TTL)
+    assert generation is not None and held(conn)
+    with pytest.raises(Interrupted), store.engine.snapshot(store.inbox_id) as reader:
+        reader.rows("SELECT id FROM events WHERE inbox_id = :box")
+        raise Interrupted
+    assert all_held(conn) == set()
+    assert store.claim("w", generation, T0, Policy(lease_ttl=TTL)) == []
 
 
 def test_a_new_session_prepares_afresh(store: Store, pg_url: str) -> None:
@@ -160,18 +185,20 @@ def test_statements_another_record_left_on_the_session_are_never_executed(
 
 
 def test_a_transaction_given_up_before_its_prepare_went_out_forgets_it(
-        store: Store) -> None:
+        store: Store, sent: list[str]) -> None:
     """A claim that finds a timer due is given up with its writes unsent: the statement
-    whose PREPARE was queued with them is prepared when it is next sent."""
+    whose PREPARE was queued with them is prepared when it is next sent, and giving up
+    sent nothing."""
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
     query = "UPDATE inboxes SET last_run = %(n)s WHERE id = %(n)s"
+    sent.clear()
     with pytest.raises(Interrupted), db.transaction(conn, 0) as tx:
-        tx.read("SELECT 1")
         tx.write(query, {"n": 0})
         raise Interrupted
+    assert sent == []
     with db.transaction(conn, 0) as tx:
         tx.write(query, {"n": 0})
-    assert len(held(conn)) == 1
+    assert statements(sent[0])[0].startswith("PREPARE") and len(held(conn)) == 1
 
 
 def test_a_transaction_of_more_new_statements_than_the_limit_runs_them_all(
@@ -192,28 +219,3 @@ class Interrupted(Exception):
     """Raised inside a transaction's block, as a failing caller would."""
 
 
-def test_a_rollback_leaves_every_prepared_statement_in_place(store: Store) -> None:
-    """Reads sent many times and a transaction rolled back: nothing empties the session
-    (psycopg's own preparing, which deallocates every statement when it sees a
-    ROLLBACK, is off)."""
-    conn: Any = store.engine.conn  # type: ignore[attr-defined]
-    for _ in range(8):
-        store.lease()
-        store.status()
-    before = held(conn)
-    with pytest.raises(Interrupted), db.transaction(conn, store.inbox_id) as tx:
-        tx.read("SELECT 1")
-        raise Interrupted
-    assert before and held(conn) == before
-    assert store.lease() is None and store.acquire("w", T0, TTL) == 1
-
-
-def test_a_read_on_its_own_that_failed_with_its_prepare_is_settled(store: Store) -> None:
-    conn: Any = store.engine.conn  # type: ignore[attr-defined]
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        db.execute(conn, "SELECT 1 / %(n)s::bigint", {"n": 0})
-    assert conn.info.transaction_status == db.IDLE and len(held(conn)) == 1
-    assert db.execute(conn, "SELECT 1 / %(n)s::bigint", {"n": 1}).fetchall() == [(1,)]
-    with pytest.raises(psycopg.errors.UndefinedTable):
-        db.execute(conn, "SELECT %(n)s::bigint FROM no_such_table", {"n": 0})
-    assert len(held(conn)) == 1

@@ -98,11 +98,7 @@ def session(target: Target, durable: bool = True,
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "agentbox")
     try:
-        # psycopg's own preparing is off: agentbox prepares its statements itself
-        # (Prepared), and psycopg deallocates every statement of the session when it
-        # sees a ROLLBACK while it holds one of its own.
-        return psycopg.connect(make_conninfo("", **params), autocommit=True,
-                               prepare_threshold=None)
+        return psycopg.connect(make_conninfo("", **params), autocommit=True)
     except psycopg.Error as exc:
         raise translate(exc, target.location) from None
 
@@ -253,19 +249,22 @@ def _declared(value: Any) -> str:
 
 class Prepared:
     """The statements one session has prepared (``PREPARE``, ``EXECUTE``), so a statement
-    a long-lived process sends again is neither parsed nor, once the server settles
-    on a generic plan, planned again: a claim's reads cost a third as much.
+    a long-lived process sends again in a transaction is neither parsed nor, once the
+    server settles on a generic plan, planned again: a claim's reads cost a third as
+    much.
 
     :class:`Tx` sends a statement's PREPARE at the head of the message that first
     executes it, so preparing costs no round trip; psycopg's own prepared
     statements need the extended protocol, one statement per message, which
-    would cost a transaction a round trip per statement. A transaction given up
-    before its PREPARE went out (a claim that finds a timer due) forgets it. A
-    PREPARE outlives a rolled-back transaction, so a message that failed with
-    PREPAREs in it leaves this record unsure: :meth:`settle` asks the server
-    which exist. The names
-    carry a token of this record's own, so a session a pooler hands on with
-    another client's statements still prepared can never run one of those.
+    would cost a transaction a round trip per statement (psycopg keeps preparing
+    the statements sent on their own, outside a transaction). A transaction given
+    up before its PREPARE went out forgets it. psycopg deallocates every statement
+    of the session when it sees a ROLLBACK while it holds statements of its own,
+    and a PREPARE outlives a failed message: so a transaction that failed after
+    sending anything ends with ``DEALLOCATE ALL`` (:func:`forget_prepared`), which
+    psycopg sees too, and both records start again empty. The names carry a
+    token of this record's own, so a session a pooler hands on with another
+    client's statements still prepared can never run one of those.
     """
 
     def __init__(self, limit: int = PREPARED_MAX) -> None:
@@ -304,15 +303,9 @@ class Prepared:
             if name in gone:
                 del self._names[key]
 
-    def settle(self, conn: psycopg.Connection[Any]) -> None:
-        """Keep only what the server holds, and let go of what this record lost."""
-        held = {str(name) for name, in conn.execute(
-            "SELECT name FROM pg_prepared_statements WHERE starts_with(name, %s)",
-            (self.prefix,))}
-        known = {name for name, _ in self._names.values()}
-        self.forget(known - held)
-        for name in held - known:
-            conn.execute(f"DEALLOCATE {name}")
+    def reset(self) -> None:
+        """The session holds none: ``DEALLOCATE ALL`` went out."""
+        self._names.clear()
         self.stale.clear()
 
 
@@ -338,10 +331,10 @@ class Tx:
     statement with parameters is executed by name (:class:`Prepared`).
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], box_id: int, begin: bool = True) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], box_id: int) -> None:
         self.conn = conn
         self.id = box_id
-        self._queued: list[str] = ["BEGIN"] if begin else []
+        self._queued: list[str] = ["BEGIN"]
         self._prepared = prepared(conn)
         # Due at the head of the next message: what to deallocate, what to prepare.
         self._stale = self._prepared.stale[:]
@@ -421,29 +414,25 @@ class Tx:
     def rollback(self) -> None:
         """Undo what reached the server, if anything did: the session's own status
         says so (no round trip), whatever message failed on the way. What was due and
-        never went out stays due."""
+        never went out stays due; a ROLLBACK, or a failed message that carried
+        PREPAREs, takes every prepared statement with it (see :class:`Prepared`)."""
         self._queued.clear()
         self._prepared.forget(name for name, _ in self._new)
         self._prepared.stale.extend(self._stale)
         self._stale, self._new = [], []
         if self.conn.closed:
             return
-        if self.conn.info.transaction_status != IDLE:
-            self.conn.execute("ROLLBACK")
-        if self._unsure:
-            self._prepared.settle(self.conn)
+        begun = self.conn.info.transaction_status != IDLE
+        if begun or self._unsure:
+            forget_prepared(self.conn, rollback=begun)
 
 
-def execute(conn: psycopg.Connection[Any], query: str,
-            params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
-    """``query`` on its own (the session in autocommit: its own transaction), prepared
-    as a :class:`Tx`'s statements are."""
-    alone = Tx(conn, 0, begin=False)
-    try:
-        return alone.read(query, params)
-    except psycopg.Error:
-        alone.rollback()
-        raise
+def forget_prepared(conn: psycopg.Connection[Any], rollback: bool = False) -> None:
+    """``DEALLOCATE ALL`` (after a ROLLBACK when ``rollback``), in one message: psycopg,
+    seeing it, empties its record of the session's prepared statements as this
+    empties agentbox's."""
+    conn.execute("ROLLBACK;\nDEALLOCATE ALL" if rollback else "DEALLOCATE ALL")
+    prepared(conn).reset()
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +120,7 @@ class _Reader:
         self.conn, self.box, self.location = conn, box, location
 
     def _cursor(self, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-        return db.execute(self.conn, dialect(sql), params)
+        return self.conn.execute(dialect(sql), params)
 
     def rows(self, sql: str, /, **params: Any) -> list[Row]:
         params["box"] = self.box
@@ -147,16 +147,6 @@ class _Reader:
                     yield chunk
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
-
-
-class _Snapshot(_Reader):
-    """Reads inside :meth:`PostgresEngine.snapshot`'s transaction, which ends it however
-    a read fails (so they are not prepared: a failed PREPARE is settled outside any)."""
-
-    __slots__ = ()
-
-    def _cursor(self, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-        return self.conn.execute(dialect(sql), params)
 
 
 class _Tx(_Reader):
@@ -278,19 +268,26 @@ class PostgresEngine:
 
     @contextmanager
     def snapshot(self, box: int) -> Iterator[_Reader]:
+        """One REPEATABLE READ transaction; psycopg ends it, and when it ends it with a
+        ROLLBACK every prepared statement goes (see :class:`db.Prepared`)."""
         try:
             with self.conn.transaction():
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                yield _Snapshot(self.conn, box, self.location)
-        except psycopg.Error as exc:
-            raise db.translate(exc, self.location) from None
+                yield self.reader(box)
+        except BaseException as exc:
+            if not self.conn.closed:
+                with suppress(psycopg.Error):
+                    db.forget_prepared(self.conn)
+            if isinstance(exc, psycopg.Error):
+                raise db.translate(exc, self.location) from None
+            raise
 
     def store_event(self, tx: Tx | None, box: int, source: str, source_id: str,
                     payload: str, now: int) -> int | Standing | None:
         args = {"box": box, "source": source, "source_id": source_id, "payload": payload,
                 "now": now}
         try:
-            found = (db.execute(self.conn, _STORE, args) if tx is None
+            found = (self.conn.execute(_STORE, args) if tx is None
                      else _own(tx).read(_STORE, args)).fetchone()
         except psycopg.Error as exc:
             raise db.translate(exc, self.location) from None
