@@ -63,6 +63,30 @@ def test_a_claim_sent_again_prepares_nothing_and_executes_every_statement_by_nam
     assert names <= held(conn)
 
 
+def test_a_batch_s_list_of_ids_is_planned_with_its_values_each_time(
+        store: Store, sent: list[str]) -> None:
+    """A generic plan cannot see how many rows a list's inbox holds (for a batch of 100 it
+    walked every event of the inbox): a statement with a list of two or more values goes
+    out written in, one with a single value runs prepared."""
+    policy = Policy(lease_ttl=TTL, max_batch=3)
+    generation = store.acquire("w", T0, TTL)
+    assert generation is not None
+    for batch in ("ab", "c"):
+        for key in batch:
+            store.ingest("s", key, "{}", T0)
+        sent.clear()
+        claimed = store.claim("w", generation, T0, policy)
+        assert claimed is not None and len(claimed) == len(batch)
+        written = [s for s in statements(sent[-1])
+                   if not s.startswith(("PREPARE", "EXECUTE", "COMMIT"))]
+        if len(batch) > 1:  # the history's rows, and the claim's UPDATE of both ids
+            assert any(s.startswith("UPDATE events SET status = 'running'")
+                       for s in written), sent[-1]
+        else:
+            assert written == [], sent[-1]
+        assert store.finish("w", generation, T0, [e.id for e in claimed])
+
+
 def test_a_statement_is_prepared_in_the_message_that_first_executes_it(
         store: Store, sent: list[str]) -> None:
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
