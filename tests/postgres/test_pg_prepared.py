@@ -16,13 +16,10 @@ from agentbox.backends.postgres import db
 from agentbox.ledger.store import Store
 from agentbox.rules.policy import Policy
 from support.clock import T0
+from support.postgres import statement_name, statements
 
 pytestmark = pytest.mark.postgres_only
 TTL = 600
-
-
-def statements(message: str) -> list[str]:
-    return message.split(";\n")
 
 
 def all_held(conn: psycopg.Connection[Any]) -> set[str]:
@@ -59,7 +56,7 @@ def test_a_claim_sent_again_prepares_nothing_and_executes_every_statement_by_nam
     executed = [s for s in first_read[1:] + writes[:-1] if not s.startswith("SET")]
     assert executed and all(s.startswith("EXECUTE agentbox_") for s in executed), sent
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
-    names = {s.split("(")[0].removeprefix("EXECUTE ") for s in executed}
+    names = {statement_name(s) for s in executed}
     assert names <= held(conn)
 
 
@@ -98,7 +95,7 @@ def test_a_statement_is_prepared_in_the_message_that_first_executes_it(
     prepare, begin, execute = statements(first)
     assert prepare.startswith("PREPARE agentbox_") and prepare.endswith(
         "(bigint) AS SELECT $1::bigint + 1")
-    name = prepare.split()[1].split("(")[0]
+    name = statement_name(prepare)
     assert (begin, execute) == ("BEGIN", f"EXECUTE {name}(1)")
     assert statements(second) == ["BEGIN", f"EXECUTE {name}(41)"]
 
@@ -120,7 +117,7 @@ def test_a_session_holds_at_most_its_limit_the_least_used_going_first(
     run(conn, (queries[0], {"n": 1}))
     sent.clear()
     run(conn, (queries[1], {"n": 1}))
-    second = statements(sent[0])[0].split()[1].split("(")[0]
+    second = statement_name(statements(sent[0])[0])
     run(conn, (queries[0], {"n": 1}))  # the first is used again: the second goes first
     assert run(conn, (queries[2], {"n": 3})) == [(6,)]
     sent.clear()

@@ -15,6 +15,7 @@ from agentbox.location import open_engine
 from agentbox.rules.policy import Policy
 from agentbox.rules.records import IngestResult
 from support.clock import T0
+from support.postgres import statements
 
 pytestmark = pytest.mark.postgres_only
 TTL = 600
@@ -60,7 +61,7 @@ def test_a_claim_is_two_round_trips_and_stands(store: Store, sent: list[str]) ->
     claimed = store.claim("w", generation, T0, policy)
     assert claimed is not None and [e.id for e in claimed] == [first, second]
     assert len(sent) == 2, sent
-    begun = [s for s in sent[0].split(";\n") if not s.startswith("PREPARE")]
+    begun = [s for s in statements(sent[0]) if not s.startswith("PREPARE")]
     assert begun[0] == "BEGIN" and sent[-1].rstrip().endswith("COMMIT")
     assert [(e.status, e.attempts, e.claim_gen) for e in claimed] == [
         ("running", 1, generation)] * 2
@@ -111,7 +112,7 @@ def test_a_due_timer_costs_a_watcher_s_run_its_pass_first(
     sent.clear()
     fired, paused, claimed = store.take("w", generation, T0, (T0, T0 + 86_400), policy)
     assert (fired, paused) == (1, None)
-    assert sent[1].split(";\n")[0] == "ROLLBACK", sent  # and DEALLOCATE ALL with it
+    assert statements(sent[1])[0] == "ROLLBACK", sent  # and DEALLOCATE ALL with it
     assert claimed is not None and [e.source_id for e in claimed] == [f"tick@{T0}"]
 
 
@@ -145,7 +146,7 @@ def test_a_redelivery_is_one_round_trip(store: Store, sent: list[str]) -> None:
     sent.clear()
     assert store.ingest("s", "a", '{"n":2}', T0 + 2).outcome == "conflict"
     assert len(sent) == 2, sent  # the storing statement, then its note in a transaction
-    assert "BEGIN" not in sent[0].split(";\n") and "BEGIN" in sent[1].split(";\n"), sent
+    assert "BEGIN" not in statements(sent[0]) and "BEGIN" in statements(sent[1]), sent
     assert [e.action for e in store.story(stored)] == ["stored", "conflict"]
 
 

@@ -22,7 +22,15 @@ from agentbox.ledger import history
 from agentbox.ledger.inbox import store_in
 from agentbox.ledger.store import Store
 from support.clock import T0, TTL
-from support.postgres import GAVE_UP, LOCK_TIMEOUT_S, own_session, schema_rows, table_locked
+from support.postgres import (
+    GAVE_UP,
+    LOCK_TIMEOUT_S,
+    own_session,
+    schema_rows,
+    statement_name,
+    statements,
+    table_locked,
+)
 from support.store import POLICY
 
 pytestmark = pytest.mark.postgres_only
@@ -60,10 +68,10 @@ def noted_rows(store: Store) -> list[tuple[str, str, str]]:
 def inserts(sent: list[str]) -> int:
     """INSERT statements the connection executed, whatever messages carried them, and
     whether written out or prepared (and executed by name)."""
-    sent_statements = [s for message in sent for s in message.split(";\n")]
-    prepared = {s.split()[1].split("(")[0] for s in sent_statements
+    sent_statements = [s for message in sent for s in statements(message)]
+    prepared = {statement_name(s) for s in sent_statements
                 if s.startswith("PREPARE") and "INSERT INTO history" in s}
-    return sum(s.split("(")[0].removeprefix("EXECUTE ") in prepared
+    return sum(statement_name(s) in prepared
                if s.startswith("EXECUTE") else s.count("INSERT INTO history")
                for s in sent_statements if not s.startswith("PREPARE"))
 

@@ -231,3 +231,13 @@ def table_locked(url: str, table: str) -> Iterator[None]:
     with own_session(url) as conn:
         conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         yield
+
+
+def statements(message: str) -> list[str]:
+    """The statements of one message a transaction sent (it joins them with ``;\\n``)."""
+    return message.split(";\n")
+
+
+def statement_name(statement: str) -> str:
+    """The prepared statement a ``PREPARE`` makes or an ``EXECUTE`` runs."""
+    return statement.split("(")[0].split()[1]
