@@ -20,7 +20,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 import psycopg
@@ -226,10 +226,16 @@ _PLACEHOLDER = re.compile(r"%(?:\((\w+)\)s|%)")
 _VALUE_LIST = re.compile(r"\bIN \(\$\d+, ")
 
 
+class _Numbered(NamedTuple):
+    text: str  # the query with the server's $1, $2 … (a doubled % undoubled)
+    names: tuple[str, ...]  # the parameters in that order
+    lists_values: bool  # a list of values to match: never prepared (see _VALUE_LIST)
+
+
 @functools.lru_cache(maxsize=1024)
-def _numbered(query: str) -> tuple[str, tuple[str, ...]]:
-    """``query``'s ``%(name)s`` parameters as the server's ``$1``, ``$2`` …, and the names
-    in that order (a doubled ``%`` undoubled: the text goes out as it is)."""
+def _numbered(query: str) -> _Numbered:
+    """``query``'s ``%(name)s`` parameters as the server's ``$1``, ``$2`` …, worked out
+    once for each text a session sends."""
     names: list[str] = []
 
     def number(found: re.Match[str]) -> str:
@@ -240,7 +246,8 @@ def _numbered(query: str) -> tuple[str, tuple[str, ...]]:
             names.append(name)
         return f"${names.index(name) + 1}"
 
-    return _PLACEHOLDER.sub(number, query), tuple(names)
+    text = _PLACEHOLDER.sub(number, query)
+    return _Numbered(text, tuple(names), _VALUE_LIST.search(text) is not None)
 
 
 def _declared(value: Any) -> str:
@@ -385,10 +392,10 @@ class Tx:
     def _statement(self, query: str, params: Mapping[str, Any] | None) -> str:
         """What the server is sent for ``query``: its prepared statement executed, when
         it has parameters and no list of values."""
-        text, names = _numbered(query)
+        text, names, lists_values = _numbered(query)
         if not params:
             return text
-        if _VALUE_LIST.search(text):
+        if lists_values:
             return self.bind(query, params)
         values = [params[name] for name in names]
         name, execute, prepare = self._prepared.use(text, tuple(map(_declared, values)))
