@@ -33,6 +33,16 @@ def held(conn: psycopg.Connection[Any]) -> set[str]:
     return {name for name in all_held(conn) if name.startswith("agentbox_")}
 
 
+@pytest.fixture
+def warned(store: Store) -> list[str]:
+    """What the server warned the store's session of: a ROLLBACK sent outside a
+    transaction draws "there is no transaction in progress"."""
+    conn: Any = store.engine.conn  # type: ignore[attr-defined]
+    found: list[str] = []
+    conn.add_notice_handler(lambda d: found.append(f"{d.severity}: {d.message_primary}"))
+    return found
+
+
 def run(conn: psycopg.Connection[Any], *queries: tuple[str, dict[str, Any]]) -> list[Any]:
     """Each of ``queries`` read in one transaction: the rows of the last."""
     with db.transaction(conn, 0) as tx:
@@ -135,15 +145,17 @@ def test_a_session_holds_at_most_its_limit_the_least_used_going_first(
                                      "SELECT %(n)s::bigint FROM no_such_table"],
                          ids=["after-its-prepare", "in-its-prepare"])
 def test_a_failed_transaction_leaves_nothing_prepared(
-        store: Store, sent: list[str], failing: str) -> None:
+        store: Store, sent: list[str], failing: str, warned: list[str]) -> None:
     """A PREPARE outlives the transaction that failed after it, and one may fail itself:
-    the transaction ends with DEALLOCATE ALL, and what it sends next is prepared anew."""
+    the transaction ends with DEALLOCATE ALL (after a ROLLBACK only where one had begun),
+    and what it sends next is prepared anew."""
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
     good = "SELECT %(n)s::bigint"
     assert run(conn, (good, {"n": 1})) == [(1,)]
     with pytest.raises(psycopg.Error), db.transaction(conn, 0) as tx:
         tx.reads([(good, {"n": 2}), (failing, {"n": 0})])
     assert conn.info.transaction_status == db.IDLE and held(conn) == set()
+    assert warned == []
     sent.clear()
     assert run(conn, (good, {"n": 7})) == [(7,)]
     assert statements(sent[0])[0].startswith("PREPARE")
@@ -169,14 +181,16 @@ def test_psycopg_and_agentbox_start_again_together_after_a_rollback(store: Store
         assert store.claim("w", generation or 0, T0, Policy(lease_ttl=TTL)) == []
 
 
-def test_a_snapshot_that_failed_leaves_nothing_prepared(store: Store) -> None:
+def test_a_snapshot_that_failed_leaves_nothing_prepared(store: Store, warned: list[str]
+                                                        ) -> None:
+    """psycopg rolls the snapshot back; agentbox then deallocates, with no second ROLLBACK."""
     conn: Any = store.engine.conn  # type: ignore[attr-defined]
     generation = store.acquire("w", T0, TTL)
     assert generation is not None and held(conn)
     with pytest.raises(Interrupted), store.engine.snapshot(store.inbox_id) as reader:
         reader.rows("SELECT id FROM events WHERE inbox_id = :box")
         raise Interrupted
-    assert all_held(conn) == set()
+    assert all_held(conn) == set() and warned == []
     assert store.claim("w", generation, T0, Policy(lease_ttl=TTL)) == []
 
 

@@ -441,7 +441,7 @@ class Tx:
             forget_prepared(self.conn, rollback=begun)
 
 
-def forget_prepared(conn: psycopg.Connection[Any], rollback: bool = False) -> None:
+def forget_prepared(conn: psycopg.Connection[Any], *, rollback: bool) -> None:
     """``DEALLOCATE ALL`` (after a ROLLBACK when ``rollback``), in one message: psycopg,
     seeing it, empties its record of the session's prepared statements as this
     empties agentbox's."""

@@ -277,7 +277,7 @@ class PostgresEngine:
         except BaseException as exc:
             if not self.conn.closed:
                 with suppress(psycopg.Error):
-                    db.forget_prepared(self.conn)
+                    db.forget_prepared(self.conn, rollback=False)  # psycopg's was sent
             if isinstance(exc, psycopg.Error):
                 raise db.translate(exc, self.location) from None
             raise
