@@ -16,7 +16,7 @@ from agentbox.rules.answer import Answer, Message
 from agentbox.rules.outbox import Dispatch, Wait
 from agentbox.rules.quiet import Limits
 from support.clock import T0
-from support.store import run
+from support.store import run, schema_before
 
 GAP = 3600
 
@@ -157,17 +157,8 @@ def test_quiet_hours_in_the_inbox_zone_are_said_by_dispatch_outbox_and_status(
 def test_an_inbox_made_before_channels_keeps_its_outbox_on_default(
         backend_name: str, monkeypatch: pytest.MonkeyPatch, open_inbox: Callable[..., Store],
         cli: Callable[..., Any], sender: Any) -> None:
-    from agentbox.backends.postgres import db as pg_db
-    from agentbox.backends.postgres import schema as pg_schema
-    from agentbox.backends.sqlite import db as sqlite_db
-    from agentbox.backends.sqlite import schema as sqlite_schema
-
-    module, schema = ((sqlite_db, sqlite_schema) if backend_name == "sqlite"
-                      else (pg_db, pg_schema))
-    old = schema.MIGRATIONS[:-1]  # the schema as the code before this version left it
-    with monkeypatch.context() as before:
-        before.setattr(module, "MIGRATIONS", old)
-        before.setattr(module, "SCHEMA_VERSION", len(old))
+    # channels came with SQLite's version 12 and PostgreSQL's 5
+    with schema_before(backend_name, {"sqlite": 11, "postgres": 4}, monkeypatch):
         store = open_inbox()
         store.ingest("chat", "m1", "{}", T0)
         with store._write() as tx:

@@ -7,10 +7,13 @@ call, as the article tells it; ``store_snapshot`` is all a caller can see.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Message
@@ -226,3 +229,22 @@ def cli_inbox(home: Path, user: str = "alice") -> Store:
     if url:
         return open_store(url, user)
     return open_store(home / "inboxes" / f"{user}.sqlite3", user, make_folders=True)
+
+
+@contextmanager
+def schema_before(backend_name: str, version: dict[str, int],
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Inside, an inbox is made (or brought up to date) only up to ``version`` of its
+    backend, as the code of that time left it; the next open outside migrates it."""
+    from agentbox.backends.postgres import db as pg_db
+    from agentbox.backends.postgres import schema as pg_schema
+    from agentbox.backends.sqlite import db as sqlite_db
+    from agentbox.backends.sqlite import schema as sqlite_schema
+
+    module, schema = ((sqlite_db, sqlite_schema) if backend_name == "sqlite"
+                      else (pg_db, pg_schema))
+    old = schema.MIGRATIONS[:version[backend_name]]
+    with monkeypatch.context() as before:
+        before.setattr(module, "MIGRATIONS", old)
+        before.setattr(module, "SCHEMA_VERSION", len(old))
+        yield
