@@ -10,6 +10,7 @@ import pytest
 from agentbox.errors import UsageError
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
+from agentbox.rules.answer import Answer, Usage
 from agentbox.upkeep import backup
 from support.clock import T0
 from support.store import run, say
@@ -18,7 +19,7 @@ from support.store import run, say
 def test_a_backup_opens_as_the_same_inbox(backend: Store, tmp_path: Path) -> None:
     for n in range(5):
         backend.ingest("hook", str(n), f'{{"n":{n}}}', T0 + n)
-    run(backend, "agent", T0 + 10)
+    run(backend, "agent", T0 + 10, Answer(usage=Usage(tokens=40, cost=0.5)))
     say(backend, T0 + 11, "hello")
     backend.ingest("hook", "late", "{}", T0 + 12)
     dest = tmp_path / "copy.sqlite3"
@@ -31,6 +32,9 @@ def test_a_backup_opens_as_the_same_inbox(backend: Store, tmp_path: Path) -> Non
         assert copy.status() == backend.status()
         assert copy.outbox() == backend.outbox()
         assert copy.instance_id() == backend.instance_id()
+        assert copy.usage() == backend.usage()
+        whole_day = (T0 - T0 % 86_400, T0 - T0 % 86_400 + 86_400)  # the quarters' totals
+        assert copy.spent(whole_day) == backend.spent(whole_day) == (40, 0.5)
         assert [c.name for c in copy.checks() if not c.ok] == []
         first = backend.events(limit=1)[0].id
         assert copy.story(first) == backend.story(first)

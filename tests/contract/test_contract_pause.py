@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
+from agentbox.ledger.pause import USAGE_SLOT_S
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.breaker import BREAKER, BUDGET, HANDLER_FAILING, Pause, Streak
 from agentbox.rules.policy import Policy
 from support.clock import T0, TTL
+from support.store import schema_before
 
 # Each failed event dies at once, so each run fails a new one (an event that failed
 # before is handed to its next run alone).
@@ -126,6 +128,26 @@ def test_usage_is_recorded_with_each_run_and_summed_per_day(backend: Store) -> N
     assert [r.at for r in backend.usage(limit=2)] == [DAY[1], T0 + 7]
     assert backend.spent(DAY) == (500, 0.25)
     assert backend.spent((T0 + 6, T0 + 7)) == (0, 0)
+
+
+def test_what_a_range_spent_is_its_runs_whatever_its_edges(backend: Store) -> None:
+    """The budget adds up the totals of the whole quarter hours in a range and the runs
+    of the part-quarters at either end: any range, a day or a minute, aligned or not,
+    gives the sum of the runs in it."""
+    base = T0 - T0 % USAGE_SLOT_S + 10 * USAGE_SLOT_S
+    times = [base - USAGE_SLOT_S - 1, base - 1, base, base + 1, base + USAGE_SLOT_S // 2,
+             base + USAGE_SLOT_S - 1, base + USAGE_SLOT_S, base + 3 * USAGE_SLOT_S + 7,
+             base + 5 * USAGE_SLOT_S]
+    for n, at in enumerate(times):  # costs in quarters: their sums are exact
+        _finished(backend, at, Usage(tokens=n + 1, cost=None if n % 4 == 3 else n / 4))
+    runs = [(r.at, r.tokens or 0, r.cost or 0.0) for r in backend.usage()]
+    edges = sorted({*times, *(t + 1 for t in times), base - 2 * USAGE_SLOT_S,
+                    base + 6 * USAGE_SLOT_S})
+    for start in edges:
+        for end in (e for e in edges if e > start):
+            inside = [(tokens, cost) for at, tokens, cost in runs if start <= at < end]
+            assert backend.spent((start, end)) == (sum(t for t, _ in inside),
+                                                   sum(c for _, c in inside)), (start, end)
 
 
 def test_reaching_the_budget_pauses_once_with_one_urgent_notice(backend: Store) -> None:
@@ -307,3 +329,26 @@ def test_two_runs_reaching_the_budget_at_once_pause_it_once(
     assert backend.gate(T0 + 2, DAY, TOKENS) == Pause(BUDGET, "token budget", T0 + 1, DAY[1])
     assert len(backend.outbox()) == 1
     assert _pauses(backend) == [(T0 + 1, "paused", "token budget: 1000 of 1000 tokens today")]
+
+
+def test_an_inbox_made_before_the_quarter_hour_totals_gets_them_from_its_runs(
+        backend_name: str, monkeypatch: pytest.MonkeyPatch,
+        open_inbox: Callable[..., Store]) -> None:
+    """Totals came with SQLite's version 15 and PostgreSQL's 7: the migration makes them
+    from the runs already recorded, so a day's budget counts those runs too."""
+    quarter = T0 - T0 % USAGE_SLOT_S
+    with schema_before(backend_name, {"sqlite": 14, "postgres": 6}, monkeypatch):
+        store = open_inbox()
+        with store._write() as tx:
+            for at, tokens, cost in ((T0, 5, 0.5), (T0 + 1, None, 0.25), (T0 + 2, 7, None),
+                                     (quarter + USAGE_SLOT_S, 100, 2.0)):
+                tx.run("""INSERT INTO run_usage (inbox_id, at, generation, events, tokens,
+                                                 cost)
+                          VALUES (:box, :at, 1, '1', :tokens, :cost)""",
+                       at=at, tokens=tokens, cost=cost)
+        store.close()
+    store = open_inbox()
+    assert store.spent((quarter, quarter + USAGE_SLOT_S)) == (12, 0.75)  # the totals alone
+    assert store.spent((quarter, quarter + 2 * USAGE_SLOT_S)) == (112, 2.75)
+    assert store.gate(T0 + 3, (quarter, quarter + 86_400), TOKENS._replace(
+        budget_tokens_per_day=112)) is not None  # reached: paused

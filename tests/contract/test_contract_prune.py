@@ -6,6 +6,7 @@ import pytest
 
 from agentbox import upkeep
 from agentbox.errors import Busy
+from agentbox.ledger.pause import USAGE_SLOT_S
 from agentbox.ledger.store import Store
 from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.outbox import Dispatch, Wait
@@ -271,6 +272,11 @@ def test_what_runs_spent_goes_after_keep_done_but_never_within_two_days(backend:
     assert backend.prunable(cutoffs(T0 + KEEP + 11, POLICY)).usage == 2  # keep_done, longer
     assert prune(backend, T0 + KEEP + 10).usage == 1  # the one at T0
     assert [r.tokens for r in backend.usage()] == [21, 11]
+    # The three share a quarter hour, whose total goes with the last of them.
+    quarter = (T0 - T0 % USAGE_SLOT_S, T0 - T0 % USAGE_SLOT_S + USAGE_SLOT_S)
+    assert backend.spent(quarter) == (33, 0)
+    assert prune(backend, quarter[1] + KEEP).usage == 2
+    assert backend.spent(quarter) == (0, 0)
 
 
 def test_a_sent_message_and_its_dispatch_go_with_their_history(backend: Store) -> None:

@@ -57,7 +57,47 @@ def test_the_budget_check_sums_the_days_usage_from_its_index_alone(store: Store)
         conn.set_trace_callback(None)
     [summed] = [sql for sql in traced if "SUM(" in sql]
     plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {summed}")]
+    assert any("usage_slots USING PRIMARY KEY" in step for step in plan), plan
     assert any("USING COVERING INDEX run_usage_by_time" in step for step in plan), plan
+    assert not any(step.startswith(("SCAN usage_slots", "SCAN run_usage")) for step in plan)
+
+
+def test_the_budget_check_costs_the_same_on_a_day_of_a_thousand_runs(store: Store) -> None:
+    """The check adds up the day's quarter-hour totals, not its runs: counted in SQLite's
+    virtual-machine steps, a day of 1,096 runs costs what a day of 96 does, one in each
+    of its quarter hours."""
+    from agentbox.ledger.pause import USAGE_SLOT_S, usage_in
+    from agentbox.rules.answer import Usage
+    from agentbox.rules.policy import Policy
+
+    start = T0 - T0 % USAGE_SLOT_S
+    day = (start, start + 86_400)
+    policy = Policy(budget_tokens_per_day=10**9)
+    conn = store.engine.conn  # type: ignore[attr-defined]
+
+    def steps() -> int:
+        counted = [0]
+
+        def count() -> int:
+            counted[0] += 1
+            return 0
+        conn.set_progress_handler(count, 1)
+        try:
+            assert store.gate(start + 10, day, policy) is None
+        finally:
+            conn.set_progress_handler(None, 1)
+        return counted[0]
+
+    def record(runs: int) -> None:
+        with store._write() as tx:
+            for n in range(runs):
+                usage_in(tx, start + n % 96 * USAGE_SLOT_S + n % USAGE_SLOT_S, 1, [1],
+                         Usage(tokens=1))
+
+    record(96)
+    few = steps()
+    record(1000)
+    assert steps() <= few + 50, few
 
 
 def test_a_claim_finds_the_events_that_failed_a_try_by_their_index(store: Store) -> None:

@@ -41,6 +41,7 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
     "pauses": (("kind", "reason", "since", "until", "streak", "streak_event",
                 "streak_distinct", "waived_until"), "inbox_id"),
     "run_usage": (("id", "at", "generation", "events", "tokens", "cost"), "id"),
+    "usage_slots": (("slot", "tokens", "cost"), "slot"),
 }
 
 

@@ -3,7 +3,9 @@
 One row of ``pauses`` per inbox (made by the first failed run, pause or
 resume) holds the pause in force, the streak of failed runs and the end of a
 local day whose budget ``resume`` waived; ``run_usage`` one row per run whose
-answer reported usage. What a streak, a pause or a budget means is decided in
+answer reported usage, and ``usage_slots`` their totals per quarter of an hour
+(:data:`USAGE_SLOT_S`), so that the budget check before a claim adds up at most
+the 96 totals of a day, not every run of it. What a streak, a pause or a budget means is decided in
 :mod:`agentbox.rules.breaker`; a run's fail and finish update the streak in
 their own fenced transaction (:func:`failed_in`, :func:`succeeded_in`), and a
 run asks :meth:`Pauses.gate` before it claims.
@@ -22,6 +24,11 @@ if TYPE_CHECKING:
     from agentbox.rules.answer import Usage
     from agentbox.rules.breaker import Pause, Streak
     from agentbox.rules.policy import Policy
+
+# Every zone's offset from UTC is a whole number of quarter hours (+05:45, +12:45), so
+# a local day starts and ends on a slot's edge; a range that does not (an offset of
+# the past, a range asked for by hand) has its part-slots summed from the runs' rows.
+USAGE_SLOT_S = 900
 
 GOVERNOR = "kind, reason, since, until, streak, streak_event, streak_distinct, waived_until"
 _ROW = f"SELECT {GOVERNOR} FROM pauses WHERE inbox_id = :box"
@@ -120,19 +127,38 @@ def succeeded_in(tx: Tx, now: int, generation: int) -> None:
 
 
 def usage_in(tx: Tx, now: int, generation: int, ids: Sequence[int], usage: Usage | None) -> None:
-    """Record what a finished run's answer said it spent, with the run."""
+    """Record what a finished run's answer said it spent, with the run, and add it to
+    the total of its slot."""
     if usage is None:
         return
     tx.run("""INSERT INTO run_usage (inbox_id, at, generation, events, tokens, cost)
               VALUES (:box, :at, :generation, :events, :tokens, :cost)""",
            at=now, generation=generation, events=",".join(map(str, sorted(ids))),
            tokens=usage.tokens, cost=usage.cost)
+    tx.run("""INSERT INTO usage_slots (inbox_id, slot, tokens, cost)
+              VALUES (:box, :slot, :tokens, :cost)
+              ON CONFLICT (inbox_id, slot) DO UPDATE SET
+                  tokens = usage_slots.tokens + excluded.tokens,
+                  cost = usage_slots.cost + excluded.cost""",
+           slot=now - now % USAGE_SLOT_S, tokens=usage.tokens or 0,
+           cost=float(usage.cost or 0))
 
 
 def _spent(reader: Reader | Tx, start: int, end: int) -> tuple[float, float]:
-    row = reader.one("""SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM run_usage
-                        WHERE inbox_id = :box AND at >= :start AND at < :end""",
-                     start=start, end=end)
+    """What the runs of [start, end) spent: the totals of the whole slots in it, and the
+    rows of the runs in the part-slots at either end (none for a local day)."""
+    whole_from = -(-start // USAGE_SLOT_S) * USAGE_SLOT_S
+    whole_to = end - end % USAGE_SLOT_S
+    if whole_from >= whole_to:  # not one whole slot: every run's row
+        whole_from = whole_to = end
+    row = reader.one("""SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM (
+                            SELECT tokens, cost FROM usage_slots WHERE inbox_id = :box
+                                AND slot >= :whole_from AND slot < :whole_to
+                            UNION ALL SELECT tokens, cost FROM run_usage WHERE inbox_id = :box
+                                AND at >= :start AND at < :whole_from
+                            UNION ALL SELECT tokens, cost FROM run_usage WHERE inbox_id = :box
+                                AND at >= :whole_to AND at < :end) AS spent""",
+                     start=start, end=end, whole_from=whole_from, whole_to=whole_to)
     assert row is not None
     return float(row[0]), float(row[1])
 

@@ -142,7 +142,14 @@ def _timer_history(tx: Tx, cut: Cutoffs, limit: int) -> int:
 
 
 def _usage(tx: Tx, cut: Cutoffs, limit: int) -> int:
-    """What runs said they spent, once no budget can add it up any more."""
+    """What runs said they spent, once no budget can add it up any more, and the totals
+    of the slots that ended by then (counted with nothing: they are the runs' sums)."""
+    from agentbox.ledger.pause import USAGE_SLOT_S
+
+    tx.run("""DELETE FROM usage_slots WHERE inbox_id = :box AND slot IN (
+                  SELECT slot FROM usage_slots WHERE inbox_id = :box AND slot <= :last
+                  ORDER BY slot LIMIT :limit)""",
+           last=cut.usage_before - USAGE_SLOT_S, limit=limit)
     return _lines(tx, cut, limit, "usage", "run_usage")
 
 

@@ -325,5 +325,20 @@ CREATE TABLE run_usage (
 _V6 = ("""CREATE INDEX events_retrying ON events (inbox_id, id)
           WHERE status = 'pending' AND attempts > 0""",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Version 7: what runs spent, totalled per quarter of an hour (see the SQLite
+# schema's version 15), made for the runs already recorded from their rows.
+_V7 = ("""
+CREATE TABLE usage_slots (
+    inbox_id integer NOT NULL,
+    slot bigint NOT NULL,           -- its first second: a multiple of 900
+    tokens bigint NOT NULL,
+    cost double precision NOT NULL,
+    PRIMARY KEY (inbox_id, slot)
+)""", """
+INSERT INTO usage_slots (inbox_id, slot, tokens, cost)
+SELECT inbox_id, at - (at % 900 + 900) % 900, SUM(COALESCE(tokens, 0)),
+       SUM(COALESCE(cost, 0.0))
+FROM run_usage GROUP BY 1, 2""")
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -367,6 +367,24 @@ _V14 = """
 CREATE INDEX events_retrying ON events (inbox_id, id) WHERE status = 'pending' AND attempts > 0;
 """
 
+# Version 15: what runs spent, totalled per quarter of an hour (the ledger's
+# USAGE_SLOT_S), so that the budget check before a claim adds up a day's 96 totals at
+# most: summing the day's runs grew with them (0.38 ms a check at 5,000 runs a day).
+# The totals of the runs already recorded are made from their rows.
+_V15 = """
+CREATE TABLE usage_slots (
+    inbox_id INTEGER NOT NULL DEFAULT 1,
+    slot INTEGER NOT NULL,          -- its first second: a multiple of 900
+    tokens INTEGER NOT NULL,
+    cost REAL NOT NULL,
+    PRIMARY KEY (inbox_id, slot)
+) WITHOUT ROWID;
+INSERT INTO usage_slots (inbox_id, slot, tokens, cost)
+SELECT inbox_id, at - (at % 900 + 900) % 900, SUM(COALESCE(tokens, 0)),
+       SUM(COALESCE(cost, 0.0))
+FROM run_usage GROUP BY 1, 2;
+"""
+
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
-                               _V11, _V12, _V13, _V14)
+                               _V11, _V12, _V13, _V14, _V15)
 SCHEMA_VERSION = len(MIGRATIONS)
