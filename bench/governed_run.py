@@ -6,6 +6,11 @@ day's usage summed in the inbox's zone), the claim, the finish (with the
 answer's usage recorded) and the release. The baseline is the same cycle with
 no budget set and no usage in the answer, into its own inbox holding the same
 events, so the ratio is what the checks cost a run.
+
+A second row times the budget check alone (``Store.gate``) on an inbox whose
+day holds 5,000 runs that reported usage against one whose day holds 96, one
+in each quarter hour: the check adds up the day's quarter-hour totals, so the
+ratio says whether its cost grows with the day's runs.
 """
 
 from __future__ import annotations
@@ -32,6 +37,48 @@ def cycle(store: object, policy: object, answer: object, zone: ZoneInfo | None) 
                         [e.id for e in claimed], answer)
     assert store.release(HOLDER, generation, bl.T0)  # type: ignore[attr-defined]
     return len(claimed)
+
+
+def day_of_runs(store: object, runs: int, start: int, policy: object,
+                answer: object) -> None:
+    """``runs`` whole runs spread evenly over the day from ``start``, each reporting
+    ``answer``'s usage."""
+    step = 86_400 // runs
+    for n in range(runs):
+        at = start + n * step
+        store.ingest("github", f"day-{n}", "{}", at)  # type: ignore[attr-defined]
+        generation = store.acquire(HOLDER, at, TTL)  # type: ignore[attr-defined]
+        claimed = store.claim(HOLDER, generation, at, policy)  # type: ignore[attr-defined]
+        assert claimed and store.finish(  # type: ignore[attr-defined]
+            HOLDER, generation, at, [e.id for e in claimed], answer)
+        assert store.release(HOLDER, generation, at)  # type: ignore[attr-defined]
+
+
+def gate_row(root: object, quick: bool, policy: object, answer: object) -> bl.Row:
+    """The budget check on a day of 5,000 runs against a day of 96, one a quarter hour."""
+    from pathlib import Path
+
+    from agentbox.location import open_store
+
+    assert isinstance(root, Path)
+    big, small, rounds = (500, 96, 200) if quick else (5_000, 96, 2_000)
+    start = bl.T0 - bl.T0 % 86_400
+    day = (start, start + 86_400)
+    stores = {}
+    for name, runs in (("big", big), ("small", small)):
+        stores[name] = open_store(bl.make_inbox(root / f"gate-{name}.sqlite3"), "",
+                                  durable=False)  # building is not what is measured
+        day_of_runs(stores[name], runs, start, policy, answer)
+    bl.progress(f"budget check: a day of {big:,} runs vs {small}, {rounds} rounds")
+    times = bl.interleaved(rounds, {
+        name: (lambda s=s: bl.timed(lambda: s.gate(day[1] - 1, day, policy)))
+        for name, s in stores.items()})
+    for s in stores.values():
+        s.close()
+    return bl.time_row(f"budget check before a claim: a day of {big:,} runs vs {small}",
+                       bl.median(times["big"]), bl.median(times["small"]), 1.5,
+                       note=f"median of {rounds}; Store.gate with both daily budgets set, "
+                       "never reached")
 
 
 def main() -> None:
@@ -61,13 +108,14 @@ def main() -> None:
                 len(governed.usage()))
         governed.close()
         free.close()
+        gate = gate_row(root, args.quick, budgeted, spent)
     if done != (total, total, total):
         raise SystemExit(f"events done (governed, free) and usage rows: {done}, expected "
                          f"{total} each")
     bl.report([bl.rate_row("run cycle with usage recorded and budgets checked vs none",
-                     bl.median(rates["s"]), bl.median(rates["b"]), 1 / 1.05,
-                     note=f"median of {rounds} slices of {per_slice} one-event cycles; "
-                     "the budget never reached")], args)
+                           bl.median(rates["s"]), bl.median(rates["b"]), 1 / 1.05,
+                           note=f"median of {rounds} slices of {per_slice} one-event cycles; "
+                           "the budget never reached"), gate], args)
 
 
 if __name__ == "__main__":
