@@ -13,6 +13,9 @@ step the store must agree with the model, and the invariants below must hold:
 - a done event is never claimed again; the kept counts match a real count;
 - each finish that counted writes one version of the agent's state (its patch merged),
   and nothing else does: a refused finish, a failed run, a malformed (oversized) state;
+- each finish that counted records the usage its answer reported, once, and what any
+  range of time spent (a day, a quarter hour, edges inside quarters) adds up to the
+  runs in it, however the clock moved;
 - a step starts only under the lease, a done step never runs again, and one that died
   inside runs again as the next attempt (or is parked, at-most-once);
 - the breaker's streak grows with each failed or deferred run that counted and ends with
@@ -42,11 +45,12 @@ from hypothesis.stateful import (
 )
 
 from agentbox.errors import BadInput
+from agentbox.ledger.pause import USAGE_SLOT_S
 from agentbox.ledger.runs import Claimed
 from agentbox.ledger.store import Store
 from agentbox.location import open_store
 from agentbox.rules import breaker
-from agentbox.rules.answer import Answer
+from agentbox.rules.answer import Answer, Usage
 from agentbox.rules.breaker import Pause, Streak
 from agentbox.rules.keys import RESERVED_SOURCES
 from agentbox.rules.policy import Policy
@@ -115,6 +119,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.steps: dict[str, tuple[str, int]] = {}  # key -> (status, attempts)
         self.streak = Streak()
         self.pause: Pause | None = None
+        self.spending: list[tuple[int, int, float]] = []  # (at, tokens, cost), oldest first
 
     def open_store(self) -> Store:
         self.dir = tempfile.mkdtemp(prefix="agentbox-stateful-")
@@ -160,8 +165,9 @@ class EngineMachine(RuleBasedStateMachine):
         expected = self.fenced(w, ids)
         before = None if expected else self.dump()
         patch = {w.holder[0]: self.finishes + 1, "drop": None}
+        usage = Usage(tokens=self.finishes + 1, cost=(self.finishes + 1) / 4)  # sums exact
         got = self.store.finish(w.holder, w.claim_generation, self.now, ids,
-                                Answer(state=Change(patch=patch)), self.policy)
+                                Answer(state=Change(patch=patch), usage=usage), self.policy)
         assert got == expected
         assert not (got and self.stale(w)), "a stale generation finished"
         if not got:
@@ -169,6 +175,7 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             self.finishes += 1
             self.state = {**self.state, w.holder[0]: self.finishes}
+            self.spending.append((self.now, usage.tokens or 0, usage.cost or 0.0))
             self.streak = Streak()  # the streak ends; an open breaker (its probe) closes
             if self.pause is not None and self.pause.kind == breaker.BREAKER:
                 self.pause = None
@@ -489,6 +496,19 @@ class EngineMachine(RuleBasedStateMachine):
         governor = self.store.governor()
         assert (governor.pause, governor.streak, governor.waived_until) == (
             self.pause, self.streak, None)
+
+    @invariant()
+    def spending_matches_the_model(self) -> None:
+        """A finish that counted records its usage once, and any range adds up to the
+        runs in it, through the quarter-hour totals, whichever way the clock went."""
+        assert [(u.at, u.tokens, u.cost) for u in self.store.usage()] == [
+            (at, tokens, cost) for at, tokens, cost in reversed(self.spending)]
+        quarter = self.now - self.now % USAGE_SLOT_S
+        for start, end in ((self.now - 86_400, self.now + 1), (T0 + 37, self.now + 451),
+                           (quarter, quarter + USAGE_SLOT_S), (quarter - USAGE_SLOT_S, quarter)):
+            inside = [(t, c) for at, t, c in self.spending if start <= at < end]
+            assert self.store.spent((start, end)) == (sum(t for t, _ in inside),
+                                                      sum(c for _, c in inside))
 
     @invariant()
     def the_journal_matches_the_model(self) -> None:
