@@ -139,7 +139,8 @@ def test_what_a_range_spent_is_its_runs_whatever_its_edges(backend: Store) -> No
              base + USAGE_SLOT_S - 1, base + USAGE_SLOT_S, base + 3 * USAGE_SLOT_S + 7,
              base + 5 * USAGE_SLOT_S]
     for n, at in enumerate(times):  # costs in quarters: their sums are exact
-        _finished(backend, at, Usage(tokens=n + 1, cost=None if n % 4 == 3 else n / 4))
+        _finished(backend, at, Usage(tokens=None if n % 4 == 1 else n + 1,
+                                     cost=None if n % 4 == 3 else n / 4))
     runs = [(r.at, r.tokens or 0, r.cost or 0.0) for r in backend.usage()]
     edges = sorted({*times, *(t + 1 for t in times), base - 2 * USAGE_SLOT_S,
                     base + 6 * USAGE_SLOT_S})
