@@ -15,6 +15,7 @@ ratio says whether its cost grows with the day's runs.
 
 from __future__ import annotations
 
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import benchlib as bl
@@ -23,19 +24,21 @@ TTL = 120
 HOLDER = "bench:1:cafe"
 
 
-def cycle(store: object, policy: object, answer: object, zone: ZoneInfo | None) -> int:
-    """acquire, gate, claim, finish, release: what a worker does for one event."""
+def cycle(store: object, policy: object, answer: object, zone: ZoneInfo | None,
+          at: int = bl.T0) -> int:
+    """acquire, gate, claim, finish, release at ``at``: what a worker does for one
+    event."""
     from agentbox.calendar import local_day
 
-    generation = store.acquire(HOLDER, bl.T0, TTL)  # type: ignore[attr-defined]
+    generation = store.acquire(HOLDER, at, TTL)  # type: ignore[attr-defined]
     assert generation is not None
-    day = local_day(bl.T0, zone) if zone is not None else (bl.T0, bl.T0)
-    assert store.gate(bl.T0, day, policy) is None  # type: ignore[attr-defined]
-    claimed = store.claim(HOLDER, generation, bl.T0, policy)  # type: ignore[attr-defined]
+    day = local_day(at, zone) if zone is not None else (at, at)
+    assert store.gate(at, day, policy) is None  # type: ignore[attr-defined]
+    claimed = store.claim(HOLDER, generation, at, policy)  # type: ignore[attr-defined]
     assert claimed
-    assert store.finish(HOLDER, generation, bl.T0,  # type: ignore[attr-defined]
+    assert store.finish(HOLDER, generation, at,  # type: ignore[attr-defined]
                         [e.id for e in claimed], answer)
-    assert store.release(HOLDER, generation, bl.T0)  # type: ignore[attr-defined]
+    assert store.release(HOLDER, generation, at)  # type: ignore[attr-defined]
     return len(claimed)
 
 
@@ -47,20 +50,13 @@ def day_of_runs(store: object, runs: int, start: int, policy: object,
     for n in range(runs):
         at = start + n * step
         store.ingest("github", f"day-{n}", "{}", at)  # type: ignore[attr-defined]
-        generation = store.acquire(HOLDER, at, TTL)  # type: ignore[attr-defined]
-        claimed = store.claim(HOLDER, generation, at, policy)  # type: ignore[attr-defined]
-        assert claimed and store.finish(  # type: ignore[attr-defined]
-            HOLDER, generation, at, [e.id for e in claimed], answer)
-        assert store.release(HOLDER, generation, at)  # type: ignore[attr-defined]
+        cycle(store, policy, answer, None, at)
 
 
-def gate_row(root: object, quick: bool, policy: object, answer: object) -> bl.Row:
+def gate_row(root: Path, quick: bool, policy: object, answer: object) -> bl.Row:
     """The budget check on a day of 5,000 runs against a day of 96, one a quarter hour."""
-    from pathlib import Path
-
     from agentbox.location import open_store
 
-    assert isinstance(root, Path)
     big, small, rounds = (500, 96, 200) if quick else (5_000, 96, 2_000)
     start = bl.T0 - bl.T0 % 86_400
     day = (start, start + 86_400)

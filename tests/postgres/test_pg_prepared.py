@@ -252,5 +252,3 @@ def test_a_transaction_of_more_new_statements_than_the_limit_runs_them_all(
 
 class Interrupted(Exception):
     """Raised inside a transaction's block, as a failing caller would."""
-
-

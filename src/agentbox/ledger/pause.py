@@ -5,10 +5,10 @@ resume) holds the pause in force, the streak of failed runs and the end of a
 local day whose budget ``resume`` waived; ``run_usage`` one row per run whose
 answer reported usage, and ``usage_slots`` their totals per quarter of an hour
 (:data:`USAGE_SLOT_S`), so that the budget check before a claim adds up at most
-the 96 totals of a day, not every run of it. What a streak, a pause or a budget means is decided in
-:mod:`agentbox.rules.breaker`; a run's fail and finish update the streak in
-their own fenced transaction (:func:`failed_in`, :func:`succeeded_in`), and a
-run asks :meth:`Pauses.gate` before it claims.
+the 96 totals of a day, not every run of it. What a streak, a pause or a budget
+means is decided in :mod:`agentbox.rules.breaker`; a run's fail and finish
+update the streak in their own fenced transaction (:func:`failed_in`,
+:func:`succeeded_in`), and a run asks :meth:`Pauses.gate` before it claims.
 """
 
 from __future__ import annotations
